@@ -1,0 +1,1 @@
+//! Crash-point harness. (Being built: see issue 5.)

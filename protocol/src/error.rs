@@ -1,0 +1,176 @@
+//! The one error body of the contract: `{"error": "<snake_case_code>", "message": "..."}`.
+
+use serde::{Deserialize, Serialize};
+
+/// Every error code either service answers with. The HTTP status that goes with each is part
+/// of the contract (`ErrorCode::status`), so both services and the docs agree on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not JSON, or JSON of the wrong shape or types.
+    MalformedJson,
+    /// The request's content type is not `application/json`.
+    UnsupportedMediaType,
+    /// The body is larger than `BODY_BYTES_MAX`.
+    BodyTooLarge,
+    /// A participant payload is larger than `PAYLOAD_BYTES_MAX`.
+    PayloadTooLarge,
+    /// A transaction id or name breaks the id rules.
+    InvalidId,
+    /// The participant list is empty.
+    NoParticipants,
+    /// The participant list names the same participant twice.
+    DuplicateParticipant,
+    /// More than `PARTICIPANTS_MAX` participants.
+    TooManyParticipants,
+    /// A participant name the coordinator has not been configured with.
+    UnknownParticipant,
+    /// `timeout_ms` outside `TIMEOUT_MS_MIN..=TIMEOUT_MS_MAX`.
+    InvalidTimeout,
+    /// A query parameter is out of range or unknown.
+    InvalidQuery,
+    /// A participant payload that the participant cannot understand.
+    InvalidPayload,
+    /// The id is known with a different request body.
+    IdConflict,
+    /// No transaction or key with that id.
+    NotFound,
+    /// No such route.
+    UnknownRoute,
+    /// The route exists, but not for this method.
+    MethodNotAllowed,
+    /// A message from a coordinator epoch older than one already seen.
+    StaleEpoch,
+    /// A commit for a transaction this participant never prepared.
+    NotPrepared,
+    /// Recovery has not finished.
+    NotReady,
+    /// The log failed (write or fsync error); the process takes no more writes.
+    LogFailed,
+    /// A bug or an unexpected failure; the message says what.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status that goes with this code.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::MalformedJson => 400,
+            ErrorCode::InvalidQuery => 400,
+            ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::BodyTooLarge => 413,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::InvalidId => 422,
+            ErrorCode::NoParticipants => 422,
+            ErrorCode::DuplicateParticipant => 422,
+            ErrorCode::TooManyParticipants => 422,
+            ErrorCode::UnknownParticipant => 422,
+            ErrorCode::InvalidTimeout => 422,
+            ErrorCode::InvalidPayload => 422,
+            ErrorCode::IdConflict => 409,
+            ErrorCode::StaleEpoch => 409,
+            ErrorCode::NotPrepared => 409,
+            ErrorCode::NotFound => 404,
+            ErrorCode::UnknownRoute => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::NotReady => 503,
+            ErrorCode::LogFailed => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+
+    /// The snake_case spelling used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedJson => "malformed_json",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::InvalidId => "invalid_id",
+            ErrorCode::NoParticipants => "no_participants",
+            ErrorCode::DuplicateParticipant => "duplicate_participant",
+            ErrorCode::TooManyParticipants => "too_many_participants",
+            ErrorCode::UnknownParticipant => "unknown_participant",
+            ErrorCode::InvalidTimeout => "invalid_timeout",
+            ErrorCode::InvalidQuery => "invalid_query",
+            ErrorCode::InvalidPayload => "invalid_payload",
+            ErrorCode::IdConflict => "id_conflict",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::UnknownRoute => "unknown_route",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::StaleEpoch => "stale_epoch",
+            ErrorCode::NotPrepared => "not_prepared",
+            ErrorCode::NotReady => "not_ready",
+            ErrorCode::LogFailed => "log_failed",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The JSON body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(error: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            error,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_spelling_matches_as_str() {
+        let all = [
+            ErrorCode::MalformedJson,
+            ErrorCode::UnsupportedMediaType,
+            ErrorCode::BodyTooLarge,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::InvalidId,
+            ErrorCode::NoParticipants,
+            ErrorCode::DuplicateParticipant,
+            ErrorCode::TooManyParticipants,
+            ErrorCode::UnknownParticipant,
+            ErrorCode::InvalidTimeout,
+            ErrorCode::InvalidQuery,
+            ErrorCode::InvalidPayload,
+            ErrorCode::IdConflict,
+            ErrorCode::NotFound,
+            ErrorCode::UnknownRoute,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::StaleEpoch,
+            ErrorCode::NotPrepared,
+            ErrorCode::NotReady,
+            ErrorCode::LogFailed,
+            ErrorCode::Internal,
+        ];
+        for code in all {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+            assert_eq!(serde_json::from_str::<ErrorCode>(&json).unwrap(), code);
+            assert!((400..600).contains(&code.status()));
+        }
+    }
+
+    #[test]
+    fn error_body_round_trips() {
+        let body = ErrorBody::new(ErrorCode::StaleEpoch, "epoch 3 < 4");
+        let json = serde_json::to_string(&body).unwrap();
+        assert_eq!(json, r#"{"error":"stale_epoch","message":"epoch 3 < 4"}"#);
+        assert_eq!(serde_json::from_str::<ErrorBody>(&json).unwrap(), body);
+    }
+}

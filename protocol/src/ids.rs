@@ -1,0 +1,202 @@
+//! Identifier newtypes. Every id is checked when it is made and when it is decoded, so code that
+//! holds a `TxId` knows it is safe to put in a URL, a log line and a WAL record.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{NAME_LEN_MAX, TXID_LEN_MAX};
+
+/// Why a string is not a valid id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("{kind} is empty")]
+    Empty { kind: &'static str },
+    #[error("{kind} is {len} bytes long; the limit is {max}")]
+    TooLong {
+        kind: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "{kind} contains {found:?}; only ASCII letters, digits and '-', '_', '.', ':' are allowed"
+    )]
+    BadCharacter { kind: &'static str, found: char },
+}
+
+fn check(kind: &'static str, value: &str, max: usize) -> Result<(), IdError> {
+    if value.is_empty() {
+        return Err(IdError::Empty { kind });
+    }
+    if value.len() > max {
+        return Err(IdError::TooLong {
+            kind,
+            len: value.len(),
+            max,
+        });
+    }
+    // No '/', '?', '#', '%', whitespace or non-ASCII: ids go into URL paths and file names.
+    if let Some(found) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+    {
+        return Err(IdError::BadCharacter { kind, found });
+    }
+    if value == "." || value == ".." {
+        return Err(IdError::BadCharacter { kind, found: '.' });
+    }
+    Ok(())
+}
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Checks `value` and wraps it.
+            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                check($kind, &value, $max)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(value: &str) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A transaction id; also the client's idempotency key.
+    TxId,
+    "transaction id",
+    TXID_LEN_MAX
+);
+string_id!(
+    /// A participant's registered name (`inventory`, `payments`, ...).
+    ParticipantName,
+    "participant name",
+    NAME_LEN_MAX
+);
+string_id!(
+    /// A coordinator's identity, created once with its data directory. A wiped directory is a
+    /// new coordinator, never a stale one.
+    CoordinatorId,
+    "coordinator id",
+    NAME_LEN_MAX
+);
+
+/// A coordinator's incarnation number: it rises at every start, and participants reject
+/// messages that carry a lower epoch than the highest they have seen for that coordinator id.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Epoch(pub u64);
+
+impl Epoch {
+    /// The epoch of the next start.
+    pub fn next(self) -> Epoch {
+        Epoch(
+            self.0
+                .checked_add(1)
+                .expect("epoch overflow: 2^64 restarts"),
+        )
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_ids() {
+        for ok in ["order-42", "a", "A.b_c:d-9", &"x".repeat(TXID_LEN_MAX)] {
+            assert_eq!(TxId::new(ok).map(|id| id.to_string()), Ok(ok.to_string()));
+        }
+    }
+
+    #[test]
+    fn rejects_bad_ids_with_reason() {
+        assert_eq!(
+            TxId::new(""),
+            Err(IdError::Empty {
+                kind: "transaction id"
+            })
+        );
+        assert!(matches!(
+            TxId::new("x".repeat(TXID_LEN_MAX + 1)),
+            Err(IdError::TooLong { len, .. }) if len == TXID_LEN_MAX + 1
+        ));
+        for (bad, ch) in [
+            ("a/b", '/'),
+            ("a b", ' '),
+            ("a?b", '?'),
+            ("%2F", '%'),
+            ("é", 'é'),
+            ("..", '.'),
+        ] {
+            assert_eq!(
+                TxId::new(bad),
+                Err(IdError::BadCharacter {
+                    kind: "transaction id",
+                    found: ch
+                }),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn serde_checks_ids_on_decode() {
+        let id: TxId = serde_json::from_str("\"order-1\"").unwrap();
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"order-1\"");
+        let err = serde_json::from_str::<TxId>("\"../etc\"").unwrap_err();
+        assert!(
+            err.to_string().contains("transaction id contains '/'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn epoch_is_a_bare_number() {
+        assert_eq!(serde_json::to_string(&Epoch(7)).unwrap(), "7");
+        assert_eq!(Epoch(7).next(), Epoch(8));
+    }
+}

@@ -1,0 +1,26 @@
+//! Wire types of the twopc contract (design section 3), shared by the coordinator, the
+//! participants, the CLI and the tests.
+//!
+//! This crate owns the shapes of every JSON body, the id newtypes, the documented limits and
+//! the route paths. It must never do I/O, hold state, or depend on either side's crates: both
+//! the coordinator and the participants depend on it, never on each other.
+
+pub mod error;
+pub mod ids;
+pub mod kv;
+pub mod limits;
+pub mod messages;
+pub mod routes;
+pub mod transaction;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use ids::{CoordinatorId, Epoch, IdError, ParticipantName, TxId};
+pub use messages::{
+    AckResponse, Decision, DecisionQueryResponse, DecisionRequest, DecisionStatus, PrepareRequest,
+    Vote, VoteKind,
+};
+pub use transaction::{
+    Outcome, ParticipantRequest, ParticipantResult, ParticipantStatus, RequestError,
+    TransactionList, TransactionRequest, TransactionResponse, TransactionState, TransactionStatus,
+    ValidRequest,
+};

@@ -1,0 +1,33 @@
+//! Route paths of both services, so the servers, the clients and the tests spell them once.
+
+/// Coordinator: create (POST) and list (GET) transactions.
+pub const TRANSACTIONS: &str = "/v1/transactions";
+/// Coordinator: one transaction's status. Axum path syntax.
+pub const TRANSACTION: &str = "/v1/transactions/{id}";
+/// Coordinator: the decision for participants in doubt. Axum path syntax.
+pub const TRANSACTION_DECISION: &str = "/v1/transactions/{id}/decision";
+
+/// Participant protocol routes, relative to the participant's base URL.
+pub const PREPARE: &str = "/2pc/prepare";
+pub const COMMIT: &str = "/2pc/commit";
+pub const ABORT: &str = "/2pc/abort";
+
+/// Reference participant: committed value of one key. Axum path syntax.
+pub const KV_KEY: &str = "/v1/kv/{key}";
+/// Reference participant: in-doubt transactions.
+pub const PREPARED: &str = "/v1/prepared";
+
+/// Both services.
+pub const HEALTHZ: &str = "/healthz";
+pub const READYZ: &str = "/readyz";
+pub const METRICS: &str = "/metrics";
+
+/// The URL path of a transaction's status, for clients.
+pub fn transaction_path(id: &crate::TxId) -> String {
+    format!("{TRANSACTIONS}/{id}")
+}
+
+/// The URL path a participant in doubt asks, for clients.
+pub fn decision_path(id: &crate::TxId) -> String {
+    format!("{TRANSACTIONS}/{id}/decision")
+}

@@ -1,0 +1,54 @@
+//! The `twopc` command: a thin clap dispatch to the crates that do the work.
+
+mod wal_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "twopc",
+    version,
+    about = "A two-phase commit coordinator you can trust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a coordinator: the HTTP transaction API, 2PC and recovery.
+    Coordinator(coordinator::cli::Args),
+    /// Run a reference key-value participant.
+    Participant(participant::cli::Args),
+    /// Look at a write-ahead log directory.
+    #[command(subcommand)]
+    Wal(wal_cmd::WalCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Coordinator(args) => coordinator::cli::main(args),
+        Command::Participant(args) => participant::cli::main(args),
+        Command::Wal(command) => wal_cmd::main(command),
+    }
+}
+
+/// Logs go to stderr, so `twopc wal dump` can keep stdout for records. `RUST_LOG` filters
+/// (default `info`); `TWOPC_LOG_FORMAT=json` switches to one JSON object per line.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("TWOPC_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
