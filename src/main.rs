@@ -31,6 +31,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Crash points are armed by the FAILPOINTS environment variable (`name=return` aborts there).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Coordinator(args) => coordinator::cli::main(args),
         Command::Participant(args) => participant::cli::main(args),
