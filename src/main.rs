@@ -1,5 +1,12 @@
 //! The `twopc` command: a thin clap dispatch to the crates that do the work.
 
+mod audit_cmd;
+mod bench;
+mod demo;
+mod latency;
+mod local_cluster;
+mod metrics_text;
+mod target;
 mod wal_cmd;
 
 use std::process::ExitCode;
@@ -23,6 +30,13 @@ enum Command {
     Coordinator(coordinator::cli::Args),
     /// Run a reference key-value participant.
     Participant(participant::cli::Args),
+    /// Start a local cluster, run a checkout workload through a coordinator crash, check every
+    /// invariant.
+    Demo(demo::Args),
+    /// Measure committed transactions/s and latency against a durability-off baseline.
+    Bench(bench::Args),
+    /// Check the invariants of a recorded demo run against a running cluster again.
+    Audit(audit_cmd::Args),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -38,6 +52,9 @@ fn main() -> ExitCode {
         Command::Coordinator(args) => coordinator::cli::main(args),
         Command::Participant(args) => participant::cli::main(args),
         Command::Wal(command) => wal_cmd::main(command),
+        Command::Demo(args) => demo::main(args),
+        Command::Bench(args) => bench::main(args),
+        Command::Audit(args) => audit_cmd::main(args),
     }
 }
 

@@ -5,5 +5,9 @@
 //! participant, and it talks to the processes it starts only through their public HTTP APIs,
 //! command lines and data directories, the way an operator would.
 
+pub mod audit;
 pub mod binary;
+pub mod checkout;
+pub mod disk_faults;
 pub mod node;
+pub mod proxy;

@@ -1,0 +1,109 @@
+//! Closed-loop load: `concurrency` workers each send a transaction, wait for its answer, and
+//! send the next, for a fixed time. Each worker writes its own key at each participant, so the
+//! bench measures the protocol's cost, not lock contention.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// What one cell of the table measured.
+#[derive(Debug, Clone, Default)]
+pub struct LoadResult {
+    /// Committed in the measured window.
+    pub committed: u64,
+    /// Committed including the warm-up (what the fsync counters saw).
+    pub committed_all: u64,
+    pub failed: u64,
+    pub elapsed: Duration,
+    /// Latency of every committed transaction, sorted.
+    pub latencies: Vec<Duration>,
+}
+
+impl LoadResult {
+    pub fn per_second(&self) -> f64 {
+        self.committed as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The request body of one bench transaction.
+fn body(cell: &str, worker: usize, seq: u64, participants: &[String]) -> serde_json::Value {
+    let parts: Vec<_> = participants
+        .iter()
+        .map(|name| {
+            json!({"name": name, "payload": {"ops": [
+                {"op": "put", "key": format!("bench:{cell}:{worker}"), "value": seq}
+            ]}})
+        })
+        .collect();
+    json!({"id": format!("{cell}-{worker}-{seq}"), "participants": parts})
+}
+
+/// Runs the closed loop: `warmup` first (not counted), then `duration` measured.
+pub async fn run(
+    client: &reqwest::Client,
+    coordinator_url: &str,
+    cell: &str,
+    participants: &[String],
+    concurrency: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> LoadResult {
+    let url = Arc::new(format!("{coordinator_url}/v1/transactions"));
+    let participants = Arc::new(participants.to_vec());
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let stop_at = measure_from + duration;
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..concurrency.max(1) {
+        let (client, url, participants, cell) = (
+            client.clone(),
+            url.clone(),
+            participants.clone(),
+            cell.to_string(),
+        );
+        workers.spawn(async move {
+            let mut result = LoadResult::default();
+            let mut seq = 0u64;
+            while Instant::now() < stop_at {
+                seq += 1;
+                let sent = Instant::now();
+                let ok = match client
+                    .post(url.as_str())
+                    .json(&body(&cell, worker, seq, &participants))
+                    .send()
+                    .await
+                {
+                    Ok(response) if response.status().is_success() => response
+                        .json::<protocol::TransactionResponse>()
+                        .await
+                        .is_ok_and(|r| r.outcome == protocol::Outcome::Committed),
+                    _ => false,
+                };
+                result.committed_all += u64::from(ok);
+                if sent < measure_from {
+                    continue;
+                }
+                if ok {
+                    result.committed += 1;
+                    result.latencies.push(sent.elapsed());
+                } else {
+                    result.failed += 1;
+                }
+            }
+            result
+        });
+    }
+    let mut total = LoadResult::default();
+    while let Some(joined) = workers.join_next().await {
+        if let Ok(part) = joined {
+            total.committed += part.committed;
+            total.committed_all += part.committed_all;
+            total.failed += part.failed;
+            total.latencies.extend(part.latencies);
+        }
+    }
+    total.elapsed = start.elapsed().saturating_sub(warmup);
+    total.latencies.sort();
+    total
+}

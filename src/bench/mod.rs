@@ -1,0 +1,258 @@
+//! `twopc bench`: committed transactions per second and latency for 1, 2 and 4 participants at
+//! several concurrencies, fsync on, against a baseline of the very same HTTP exchanges with
+//! durability off, run in the same process, interleaved cell by cell so drift hits both.
+
+mod load;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::latency::quantile;
+use crate::local_cluster::{ClusterSpec, LocalCluster};
+use crate::metrics_text;
+
+/// The WAL fsync counter every service exposes on `/metrics`.
+const FSYNCS_METRIC: &str = "twopc_wal_fsyncs_total";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Participant counts to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub participants: Vec<usize>,
+    /// Concurrencies to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    pub concurrency: Vec<usize>,
+    /// Measured seconds per cell (after a warm-up of a fifth of it).
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Skip the durability-off baseline (halves the run time; no ratio).
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Measure an already running cluster: its coordinator URL (participants named by
+    /// --target-participant; no baseline, since its durability cannot be switched off).
+    #[arg(long, requires = "target_participant")]
+    pub target_coordinator: Option<String>,
+    /// Participant names registered at --target-coordinator (repeat; reference KV participants).
+    #[arg(long)]
+    pub target_participant: Vec<String>,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub participants: usize,
+    pub concurrency: usize,
+    pub committed_per_s: f64,
+    pub failed: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
+    pub baseline_per_s: Option<f64>,
+    /// committed_per_s / baseline_per_s.
+    pub ratio: Option<f64>,
+    /// fsyncs by the coordinator and participants, per committed transaction.
+    pub fsyncs_per_tx: Option<f64>,
+}
+
+pub fn main(args: Args) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("twopc bench: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("twopc bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A cluster to measure: either ours (owned, stopped at the end) or the user's.
+struct Target {
+    coordinator_url: String,
+    /// Every URL whose `/metrics` counts fsyncs.
+    metric_urls: Vec<String>,
+    participants: Vec<String>,
+    _cluster: Option<LocalCluster>,
+}
+
+fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> Result<Target> {
+    let names: Vec<String> = (0..max_participants).map(|i| format!("p{i}")).collect();
+    let off = if durable {
+        Vec::new()
+    } else {
+        vec!["--unsafe-no-fsync".to_string()]
+    };
+    let spec = ClusterSpec {
+        data_dir: dir.join(if durable { "durable" } else { "baseline" }),
+        participants: names.clone(),
+        seeds: Vec::new(),
+        coordinator_flags: off.clone(),
+        participant_flags: off,
+    };
+    let cluster = LocalCluster::start(&spec)?;
+    let mut metric_urls = vec![cluster.coordinator_url()];
+    metric_urls.extend(names.iter().filter_map(|n| cluster.participant_url(n)));
+    Ok(Target {
+        coordinator_url: cluster.coordinator_url(),
+        metric_urls,
+        participants: names,
+        _cluster: Some(cluster),
+    })
+}
+
+async fn fsyncs(client: &reqwest::Client, target: &Target) -> Option<f64> {
+    let mut total = 0.0;
+    for url in &target.metric_urls {
+        let text = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        total += metrics_text::value(&text, FSYNCS_METRIC)?;
+    }
+    Some(total)
+}
+
+async fn run(args: Args) -> Result<()> {
+    let max_participants = args.participants.iter().copied().max().unwrap_or(1);
+    let scratch = std::env::temp_dir().join(format!("twopc-bench-{}", std::process::id()));
+    let own = args.target_coordinator.is_none();
+    let durable = match &args.target_coordinator {
+        Some(url) => Target {
+            coordinator_url: url.trim_end_matches('/').to_string(),
+            metric_urls: vec![url.trim_end_matches('/').to_string()],
+            participants: args.target_participant.clone(),
+            _cluster: None,
+        },
+        None => tokio::task::block_in_place(|| start_own(true, max_participants, &scratch))
+            .context("starting the durable cluster")?,
+    };
+    let baseline = if own && !args.no_baseline {
+        Some(
+            tokio::task::block_in_place(|| start_own(false, max_participants, &scratch))
+                .context("starting the durability-off baseline cluster")?,
+        )
+    } else {
+        None
+    };
+    let max_concurrency = args.concurrency.iter().copied().max().unwrap_or(1);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(max_concurrency)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let measured = Duration::from_secs_f64(args.seconds.max(0.1));
+    let warmup = measured / 5;
+
+    let mut cells = Vec::new();
+    for &participants in &args.participants {
+        let names = durable
+            .participants
+            .get(..participants)
+            .with_context(|| format!("only {} participants available", durable.participants.len()))?;
+        for &concurrency in &args.concurrency {
+            let cell_id = format!("b{}-n{participants}-c{concurrency}", std::process::id());
+            let fsyncs_before = fsyncs(&client, &durable).await;
+            let result = load::run(
+                &client,
+                &durable.coordinator_url,
+                &format!("{cell_id}d"),
+                names,
+                concurrency,
+                warmup,
+                measured,
+            )
+            .await;
+            let fsyncs_after = fsyncs(&client, &durable).await;
+            let base = match &baseline {
+                Some(b) => Some(
+                    load::run(
+                        &client,
+                        &b.coordinator_url,
+                        &format!("{cell_id}b"),
+                        &b.participants[..participants],
+                        concurrency,
+                        warmup,
+                        measured,
+                    )
+                    .await,
+                ),
+                None => None,
+            };
+            let ms = |q| quantile(&result.latencies, q).map(|d| d.as_secs_f64() * 1e3);
+            let per_s = result.per_second();
+            let baseline_per_s = base.as_ref().map(|b| b.per_second());
+            let cell = Cell {
+                participants,
+                concurrency,
+                committed_per_s: per_s,
+                failed: result.failed,
+                p50_ms: ms(0.50),
+                p99_ms: ms(0.99),
+                p999_ms: ms(0.999),
+                baseline_per_s,
+                ratio: baseline_per_s.filter(|b| *b > 0.0).map(|b| per_s / b),
+                fsyncs_per_tx: match (fsyncs_before, fsyncs_after) {
+                    (Some(a), Some(b)) if result.committed_all > 0 => {
+                        Some((b - a) / result.committed_all as f64)
+                    }
+                    _ => None,
+                },
+            };
+            if !args.json {
+                eprintln!(
+                    "  measured {participants} participant(s) at concurrency {concurrency}: {per_s:.0} tx/s"
+                );
+            }
+            cells.push(cell);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&cells)?);
+    } else {
+        print_table(&cells);
+    }
+    drop(durable);
+    drop(baseline);
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn print_table(cells: &[Cell]) {
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    println!(
+        "{:>5} {:>5} {:>10} {:>8} {:>8} {:>8} {:>11} {:>6} {:>9} {:>6}",
+        "parts", "conc", "tx/s", "p50 ms", "p99 ms", "p999 ms", "base tx/s", "ratio", "fsyncs/tx", "failed"
+    );
+    for c in cells {
+        println!(
+            "{:>5} {:>5} {:>10.0} {:>8} {:>8} {:>8} {:>11} {:>6} {:>9} {:>6}",
+            c.participants,
+            c.concurrency,
+            c.committed_per_s,
+            f(c.p50_ms, 2),
+            f(c.p99_ms, 2),
+            f(c.p999_ms, 2),
+            f(c.baseline_per_s, 0),
+            f(c.ratio, 2),
+            f(c.fsyncs_per_tx, 2),
+            c.failed
+        );
+    }
+}

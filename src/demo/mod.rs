@@ -1,0 +1,355 @@
+//! `twopc demo`: a local cluster (a coordinator and three checkout participants as child
+//! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
+//! audit of every invariant at the end. Exits 0 only if every invariant holds.
+
+mod driver;
+mod report;
+
+pub use report::print_checks;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use chaos_tests::audit::{self, ClusterUrls, RunRecord};
+use chaos_tests::checkout::CheckoutConfig;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::local_cluster::{ClusterSpec, LocalCluster};
+use crate::metrics_text;
+use crate::target::TargetArgs;
+use driver::{Counters, DriverConfig};
+use report::{CrashNote, Summary};
+
+/// The coordinator's gauge of decisions not yet acknowledged by every participant.
+const PENDING_ACKS_METRIC: &str = "twopc_coordinator_pending_acks";
+/// The coordinator's count of transactions it found unfinished in its log at start.
+const RECOVERED_METRIC: &str = "twopc_coordinator_recovered_transactions";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where the cluster keeps its data and logs. Reused across runs unless --fresh.
+    #[arg(long, default_value = "twopc-demo-data")]
+    pub data_dir: PathBuf,
+    /// Wipe the data directory first.
+    #[arg(long)]
+    pub fresh: bool,
+    /// How many checkout orders to send.
+    #[arg(long, default_value_t = 2000)]
+    pub orders: u64,
+    /// Orders in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Prepare-phase timeout per order, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub timeout_ms: u64,
+    /// Kill the coordinator (SIGKILL) after this share of the orders is done.
+    #[arg(long, default_value_t = 0.4)]
+    pub crash_at: f64,
+    /// Do not kill the coordinator.
+    #[arg(long)]
+    pub no_crash: bool,
+    /// Seed of the order generator (default: from the clock); printed so a run can be replayed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Leave the cluster running after the summary and print curl commands to try; Ctrl-C stops it.
+    #[arg(long)]
+    pub keep_running: bool,
+    /// Save what the run observed, for `twopc audit --record FILE` later.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Only write the participants' seed files (inventory.json, payments.json, shipping.json)
+    /// into this directory and exit: for clusters started by other means.
+    #[arg(long)]
+    pub write_seeds: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+pub fn main(args: Args) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("twopc demo: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        tokio::select! {
+            result = run(args) => match result {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => {
+                    eprintln!("twopc demo: an invariant does not hold (see above)");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("twopc demo: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
+            _ = tokio::signal::ctrl_c() => {
+                // Dropping the run future drops the cluster, which kills every child.
+                eprintln!("\ntwopc demo: interrupted; stopping every process");
+                ExitCode::from(130)
+            }
+        }
+    })
+}
+
+async fn run(args: Args) -> Result<bool> {
+    let config = CheckoutConfig::default();
+    if let Some(dir) = &args.write_seeds {
+        write_seeds(dir, &config)?;
+        return Ok(true);
+    }
+    let mut own = None;
+    let urls = match args.target.urls() {
+        Some(urls) => {
+            println!("twopc demo: driving the running cluster at {}", urls.coordinator);
+            urls
+        }
+        None => {
+            let cluster = start_own_cluster(&args, &config)?;
+            let urls = cluster.checkout_urls()?;
+            own = Some(cluster);
+            urls
+        }
+    };
+    println!("  coordinator {}", urls.coordinator);
+    println!(
+        "  inventory {}  payments {}  shipping {}",
+        urls.inventory, urls.payments, urls.shipping
+    );
+    let all_ok = drive(&args, &config, &urls, own.as_mut()).await?;
+    if let Some(mut cluster) = own {
+        if args.keep_running {
+            print_try_it(&urls);
+            tokio::signal::ctrl_c().await?;
+            println!("stopping the cluster");
+        }
+        tokio::task::block_in_place(|| cluster.stop());
+    }
+    Ok(all_ok)
+}
+
+fn start_own_cluster(args: &Args, config: &CheckoutConfig) -> Result<LocalCluster> {
+    if args.fresh && args.data_dir.exists() {
+        std::fs::remove_dir_all(&args.data_dir)
+            .with_context(|| format!("cannot wipe {}", args.data_dir.display()))?;
+    }
+    println!(
+        "twopc demo: starting a coordinator and 3 participants (inventory, payments, shipping)"
+    );
+    println!(
+        "  data in {}/ (reused across runs; --fresh wipes it)",
+        args.data_dir.display()
+    );
+    let spec = ClusterSpec::checkout(&args.data_dir, config);
+    let cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
+    println!("  process logs in {}/", cluster.log_dir.display());
+    Ok(cluster)
+}
+
+fn write_seeds(dir: &std::path::Path, config: &CheckoutConfig) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, seed) in config.seeds() {
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&seed)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs the workload (crashing our own coordinator part way), then audits and prints the
+/// summary. Returns whether every invariant holds.
+async fn drive(
+    args: &Args,
+    config: &CheckoutConfig,
+    urls: &ClusterUrls,
+    mut cluster: Option<&mut LocalCluster>,
+) -> Result<bool> {
+    let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
+    let run_id = format!("o{}", unix_seconds());
+    println!(
+        "  {} orders, concurrency {}, seed {seed} (replay with --seed {seed})",
+        args.orders, args.concurrency
+    );
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(args.concurrency.max(1))
+        .build()?;
+    let before = audit::read_totals(&client, urls, config).await?;
+
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let orders: Vec<_> = (0..args.orders)
+        .map(|i| config.order(&run_id, i, &mut rng))
+        .collect();
+    let counters = Arc::new(Counters::default());
+    let progress = progress_bar(args.orders);
+    let started = Instant::now();
+    let load = tokio::spawn(driver::run_all(
+        client.clone(),
+        DriverConfig {
+            coordinator_url: urls.coordinator.clone(),
+            prepare_timeout_ms: args.timeout_ms,
+            retry_window: Duration::from_secs(60),
+        },
+        counters.clone(),
+        orders,
+        args.concurrency,
+    ));
+
+    let crash_after = (!args.no_crash && cluster.is_some())
+        .then(|| ((args.orders as f64) * args.crash_at.clamp(0.0, 1.0)) as u64)
+        .filter(|n| *n < args.orders);
+    let mut crash = None;
+    while !load.is_finished() {
+        let done = counters.done();
+        if crash.is_none()
+            && let Some(after) = crash_after
+            && done >= after
+            && let Some(cluster) = cluster.as_deref_mut()
+        {
+            crash = Some(crash_coordinator(cluster, &client, urls, &progress, done).await?);
+        }
+        let pending = metric(&client, &urls.coordinator, PENDING_ACKS_METRIC).await;
+        update_progress(&progress, &counters, started, pending);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let results = load.await.context("the load driver failed")?;
+    let elapsed = started.elapsed();
+    update_progress(&progress, &counters, started, None);
+    progress.finish();
+
+    let observed: Vec<_> = results
+        .iter()
+        .map(|r| (r.order.clone(), r.outcome))
+        .collect();
+    if let Some(path) = &args.record {
+        let record = RunRecord {
+            config: config.clone(),
+            before,
+            orders: observed.clone(),
+        };
+        std::fs::write(path, serde_json::to_vec(&record)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!("checking invariants against the participants and the coordinator...");
+    let audit = audit::audit(
+        &client,
+        urls,
+        config,
+        before,
+        &observed,
+        Duration::from_secs(30),
+    )
+    .await?;
+    Summary {
+        results: &results,
+        elapsed,
+        concurrency: args.concurrency,
+        crash,
+        resent: counters.resent.load(Ordering::Relaxed),
+        audit: &audit,
+    }
+    .print();
+    Ok(audit.all_ok())
+}
+
+async fn crash_coordinator(
+    cluster: &mut LocalCluster,
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    progress: &ProgressBar,
+    done: u64,
+) -> Result<CrashNote> {
+    progress.println(format!(
+        ">>> {done} orders done: killing the coordinator with SIGKILL (no flush, no goodbye)"
+    ));
+    let killed = Instant::now();
+    tokio::task::block_in_place(|| cluster.kill_coordinator());
+    // Let clients see the outage (their retries keep the same ids) before it comes back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    progress.println(">>> restarting it on the same data directory; recovery replays its log");
+    tokio::task::block_in_place(|| cluster.restart_coordinator())?;
+    let downtime = killed.elapsed();
+    let recovered = metric(client, &urls.coordinator, RECOVERED_METRIC).await;
+    let pending = metric(client, &urls.coordinator, PENDING_ACKS_METRIC).await;
+    progress.println(format!(
+        ">>> coordinator ready after {:.0} ms: {} unfinished transactions recovered, {} decisions being resent",
+        downtime.as_secs_f64() * 1e3,
+        recovered.map_or("?".into(), |n| n.to_string()),
+        pending.map_or("?".into(), |n| n.to_string()),
+    ));
+    Ok(CrashNote {
+        killed_after_orders: done,
+        downtime,
+        recovered,
+    })
+}
+
+async fn metric(client: &reqwest::Client, base: &str, name: &str) -> Option<u64> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    metrics_text::value(&text, name).map(|v| v as u64)
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} {msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+fn update_progress(bar: &ProgressBar, c: &Counters, started: Instant, pending: Option<u64>) {
+    let done = c.done();
+    let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    bar.set_position(done);
+    bar.set_message(format!(
+        "committed {} | aborted {} | in flight {} | {rate:.0}/s{}",
+        c.committed.load(Ordering::Relaxed),
+        c.aborted.load(Ordering::Relaxed),
+        c.in_flight.load(Ordering::Relaxed),
+        pending.map_or(String::new(), |p| format!(" | pending acks {p}")),
+    ));
+}
+
+fn print_try_it(urls: &ClusterUrls) {
+    let c = &urls.coordinator;
+    println!("\nThe cluster is still running. Try it (Ctrl-C stops everything):\n");
+    println!(
+        "  curl -s {c}/v1/transactions -H 'content-type: application/json' -d \
+         '{{\"id\":\"try-1\",\"participants\":[\
+         {{\"name\":\"inventory\",\"payload\":{{\"ops\":[{{\"op\":\"add\",\"key\":\"stock:sku-1\",\"delta\":-1,\"min\":0}}]}}}},\
+         {{\"name\":\"payments\",\"payload\":{{\"ops\":[{{\"op\":\"add\",\"key\":\"balance:cust-1\",\"delta\":-10,\"min\":0}}]}}}}]}}'"
+    );
+    println!("  curl -s {c}/v1/transactions/try-1");
+    println!("  curl -s '{c}/v1/transactions?state=committed&limit=5'");
+    println!("  curl -s {}/v1/kv/stock:sku-1", urls.inventory);
+    println!("  curl -s {}/v1/prepared", urls.payments);
+    println!("  curl -s {c}/metrics");
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,129 @@
+//! The summary the demo prints at the end: outcomes, abort reasons, recovery, throughput,
+//! latency, and each invariant's verdict.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chaos_tests::audit::{AuditReport, ClientOutcome};
+
+use super::driver::OrderResult;
+use crate::latency::quantile;
+
+fn ms(duration: Option<Duration>) -> String {
+    duration.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
+}
+
+/// What happened around the coordinator crash.
+#[derive(Debug, Clone, Default)]
+pub struct CrashNote {
+    pub killed_after_orders: u64,
+    pub downtime: Duration,
+    /// Transactions the restarted coordinator found decided but unacknowledged, or undecided.
+    pub recovered: Option<u64>,
+}
+
+pub struct Summary<'a> {
+    pub results: &'a [OrderResult],
+    pub elapsed: Duration,
+    pub concurrency: usize,
+    pub crash: Option<CrashNote>,
+    pub resent: u64,
+    pub audit: &'a AuditReport,
+}
+
+impl Summary<'_> {
+    pub fn print(&self) {
+        let count = |o: ClientOutcome| self.results.iter().filter(|r| r.outcome == o).count();
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in self.results {
+            if let Some(reason) = &r.abort_reason {
+                *reasons.entry(reason).or_default() += 1;
+            }
+        }
+        let mut latencies: Vec<Duration> = self.results.iter().filter_map(|r| r.latency).collect();
+        latencies.sort();
+        let rate = self.results.len() as f64 / self.elapsed.as_secs_f64().max(1e-9);
+
+        println!();
+        println!(
+            "twopc demo: {} orders at concurrency {}",
+            self.results.len(),
+            self.concurrency
+        );
+        println!("{}", "-".repeat(64));
+        row("committed", count(ClientOutcome::Committed).to_string());
+        row("aborted", count(ClientOutcome::Aborted).to_string());
+        for (reason, n) in &reasons {
+            row(&format!("  {reason}"), n.to_string());
+        }
+        row(
+            "no answer (outcome unknown to client)",
+            count(ClientOutcome::Unknown).to_string(),
+        );
+        for r in self
+            .results
+            .iter()
+            .filter(|r| r.outcome == ClientOutcome::Unknown)
+            .take(3)
+        {
+            row(
+                &format!("  {}", r.order.id),
+                r.error.clone().unwrap_or_default(),
+            );
+        }
+        row(
+            "resent with the same id after no answer",
+            self.resent.to_string(),
+        );
+        match &self.crash {
+            Some(crash) => {
+                row(
+                    "coordinator SIGKILLed after",
+                    format!("{} orders", crash.killed_after_orders),
+                );
+                row(
+                    "coordinator back (restart + recovery)",
+                    format!("{:.0} ms", crash.downtime.as_secs_f64() * 1e3),
+                );
+                row(
+                    "transactions recovered after the crash",
+                    crash
+                        .recovered
+                        .map_or("not reported".into(), |n| n.to_string()),
+                );
+            }
+            None => row("coordinator crash", "none by the demo".into()),
+        }
+        row(
+            "throughput",
+            format!("{rate:.0} orders/s over {:.1} s", self.elapsed.as_secs_f64()),
+        );
+        row(
+            "latency p50 / p99 (first-try answers)",
+            format!(
+                "{} / {}",
+                ms(quantile(&latencies, 0.50)),
+                ms(quantile(&latencies, 0.99))
+            ),
+        );
+        println!("{}", "-".repeat(64));
+        println!(
+            "invariants ({} orders applied everywhere, {} nowhere):",
+            self.audit.applied, self.audit.absent
+        );
+        print_checks(self.audit);
+    }
+}
+
+/// Each invariant's verdict, one per line with its detail below.
+pub fn print_checks(audit: &AuditReport) {
+    for check in &audit.checks {
+        let mark = if check.ok { "ok  " } else { "FAIL" };
+        println!("  [{mark}] {}", check.name);
+        println!("         {}", check.detail);
+    }
+}
+
+fn row(label: &str, value: String) {
+    println!("  {label:<42} {value}");
+}
