@@ -4,7 +4,6 @@ mod audit_cmd;
 mod bench;
 mod demo;
 mod latency;
-mod local_cluster;
 mod metrics_text;
 mod target;
 mod wal_cmd;

@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod binary;
+pub mod cluster;
 pub mod checkout;
 pub mod disk_faults;
 pub mod node;

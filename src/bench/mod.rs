@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::latency::quantile;
-use crate::local_cluster::{ClusterSpec, LocalCluster};
+use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use crate::metrics_text;
 
 /// The WAL fsync counter every service exposes on `/metrics`.
@@ -97,11 +97,13 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
         vec!["--unsafe-no-fsync".to_string()]
     };
     let spec = ClusterSpec {
+        binary: std::env::current_exe().context("cannot find the twopc binary")?,
         data_dir: dir.join(if durable { "durable" } else { "baseline" }),
         participants: names.clone(),
         seeds: Vec::new(),
         coordinator_flags: off.clone(),
         participant_flags: off,
+        env: Vec::new(),
     };
     let cluster = LocalCluster::start(&spec)?;
     let mut metric_urls = vec![cluster.coordinator_url()];

@@ -18,7 +18,7 @@ use chaos_tests::audit::{self, ClusterUrls, RunRecord};
 use chaos_tests::checkout::CheckoutConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::local_cluster::{ClusterSpec, LocalCluster};
+use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use crate::metrics_text;
 use crate::target::TargetArgs;
 use driver::{Counters, DriverConfig};
@@ -150,7 +150,8 @@ fn start_own_cluster(args: &Args, config: &CheckoutConfig) -> Result<LocalCluste
         "  data in {}/ (reused across runs; --fresh wipes it)",
         args.data_dir.display()
     );
-    let spec = ClusterSpec::checkout(&args.data_dir, config);
+    let binary = std::env::current_exe().context("cannot find the twopc binary")?;
+    let spec = ClusterSpec::checkout(&binary, &args.data_dir, config);
     let cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
     println!("  process logs in {}/", cluster.log_dir.display());
     Ok(cluster)

@@ -1,14 +1,40 @@
-//! A coordinator and the three checkout participants as child processes of this command, on
-//! free loopback ports, with their data and logs under one directory. `twopc demo` and
-//! `twopc bench` run on it.
+//! A coordinator and its participants as real child processes on free loopback ports, with
+//! their data and logs under one directory. `twopc demo`, `twopc bench` and the crash-point
+//! scenarios all run on it.
+//!
+//! Starting is two steps so a harness can put something (a fault proxy) between the
+//! coordinator and each participant: `start_participants`, then `start_coordinator` with the
+//! URLs the coordinator should use for them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use chaos_tests::audit::ClusterUrls;
-use chaos_tests::checkout::{CheckoutConfig, INVENTORY, PAYMENTS, SHIPPING};
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use crate::audit::ClusterUrls;
+use crate::checkout::{CheckoutConfig, INVENTORY, PAYMENTS, SHIPPING};
+use crate::node::{Node, NodeSpec, free_port};
+
+/// Why a cluster could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot prepare {path}: {source}")]
+    Files {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    NotReady(String),
+    #[error("no participant named {0} in this cluster")]
+    NoSuchParticipant(String),
+}
+
+type Result<T> = std::result::Result<T, ClusterError>;
+
+fn files(path: &Path) -> impl FnOnce(std::io::Error) -> ClusterError + '_ {
+    move |source| ClusterError::Files {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// How long a freshly started process may take to finish recovery.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -16,6 +42,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
+    /// The `twopc` binary (the running one for the demo; the failpoints build for scenarios).
+    pub binary: PathBuf,
     pub data_dir: PathBuf,
     /// Participant names; each gets a reference KV participant.
     pub participants: Vec<String>,
@@ -24,12 +52,16 @@ pub struct ClusterSpec {
     /// Extra flags for every process (for example durability off in a bench baseline).
     pub coordinator_flags: Vec<String>,
     pub participant_flags: Vec<String>,
+    /// Extra environment (for example `FAILPOINTS`) by node name (`coordinator` or a
+    /// participant's name).
+    pub env: Vec<(String, Vec<(String, String)>)>,
 }
 
 impl ClusterSpec {
     /// The checkout cluster of the demo: `inventory`, `payments`, `shipping`, seeded.
-    pub fn checkout(data_dir: &Path, config: &CheckoutConfig) -> ClusterSpec {
+    pub fn checkout(binary: &Path, data_dir: &Path, config: &CheckoutConfig) -> ClusterSpec {
         ClusterSpec {
+            binary: binary.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             participants: [INVENTORY, PAYMENTS, SHIPPING].map(String::from).to_vec(),
             seeds: config
@@ -39,7 +71,16 @@ impl ClusterSpec {
                 .collect(),
             coordinator_flags: Vec::new(),
             participant_flags: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    fn env_of(&self, node: &str) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .find(|(name, _)| name == node)
+            .map(|(_, env)| env.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -51,19 +92,43 @@ pub struct LocalCluster {
     pub log_dir: PathBuf,
 }
 
+/// The participants, started and ready, before the coordinator exists.
+#[derive(Debug)]
+pub struct Participants {
+    nodes: Vec<(String, Node)>,
+    coordinator_addr: std::net::SocketAddr,
+    log_dir: PathBuf,
+}
+
+impl Participants {
+    /// Each participant's own URL, by name (what a proxy would forward to).
+    pub fn urls(&self) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .map(|(name, node)| (name.clone(), node.url()))
+            .collect()
+    }
+}
+
 impl LocalCluster {
-    /// Starts the participants, then the coordinator, and waits until all are ready.
+    /// Starts the participants, then the coordinator talking to them directly, and waits until
+    /// all are ready.
     pub fn start(spec: &ClusterSpec) -> Result<LocalCluster> {
-        let binary = std::env::current_exe().context("cannot find the twopc binary")?;
+        let participants = Self::start_participants(spec)?;
+        let direct = participants.urls();
+        Self::start_coordinator(spec, participants, &direct)
+    }
+
+    /// Starts every participant and waits until each is ready.
+    pub fn start_participants(spec: &ClusterSpec) -> Result<Participants> {
         let log_dir = spec.data_dir.join("logs");
         let seed_dir = spec.data_dir.join("seeds");
-        std::fs::create_dir_all(&log_dir)
-            .and_then(|()| std::fs::create_dir_all(&seed_dir))
-            .with_context(|| format!("cannot create {}", spec.data_dir.display()))?;
+        std::fs::create_dir_all(&log_dir).map_err(files(&log_dir))?;
+        std::fs::create_dir_all(&seed_dir).map_err(files(&seed_dir))?;
 
         let coordinator_addr = loopback(free_port());
         let coordinator_url = format!("http://{coordinator_addr}");
-        let mut participants = Vec::new();
+        let mut nodes = Vec::new();
         for name in &spec.participants {
             let addr = loopback(free_port());
             let mut args = vec![
@@ -79,55 +144,76 @@ impl LocalCluster {
             ];
             if let Some((_, seed)) = spec.seeds.iter().find(|(n, _)| n == name) {
                 let seed_path = seed_dir.join(format!("{name}.json"));
-                std::fs::write(&seed_path, serde_json::to_vec_pretty(seed)?)
-                    .with_context(|| format!("cannot write {}", seed_path.display()))?;
+                let bytes = serde_json::to_vec_pretty(seed).unwrap_or_default();
+                std::fs::write(&seed_path, bytes).map_err(files(&seed_path))?;
                 args.extend(["--seed".to_string(), path_arg(&seed_path)]);
             }
             args.extend(spec.participant_flags.iter().cloned());
             let node = Node::start(NodeSpec {
                 name: name.clone(),
-                binary: binary.clone(),
+                binary: spec.binary.clone(),
                 args,
-                env: Vec::new(),
+                env: spec.env_of(name),
                 addr,
                 log_path: log_dir.join(format!("{name}.log")),
             });
-            participants.push((name.clone(), node));
+            nodes.push((name.clone(), node));
         }
+        for (_, node) in &mut nodes {
+            node.wait_ready(READY_TIMEOUT)
+                .map_err(ClusterError::NotReady)?;
+        }
+        Ok(Participants {
+            nodes,
+            coordinator_addr,
+            log_dir,
+        })
+    }
 
+    /// Starts the coordinator with `participant_urls` (by name) and waits until it is ready.
+    pub fn start_coordinator(
+        spec: &ClusterSpec,
+        participants: Participants,
+        participant_urls: &[(String, String)],
+    ) -> Result<LocalCluster> {
         let mut args = vec![
             "coordinator".to_string(),
             "--listen".into(),
-            coordinator_addr.to_string(),
+            participants.coordinator_addr.to_string(),
             "--data-dir".into(),
             path_arg(&spec.data_dir.join("coordinator")),
         ];
-        for (name, node) in &participants {
-            args.extend(["--participant".to_string(), format!("{name}={}", node.url())]);
+        for (name, url) in participant_urls {
+            args.extend(["--participant".to_string(), format!("{name}={url}")]);
         }
         args.extend(spec.coordinator_flags.iter().cloned());
         let coordinator = Node::start(NodeSpec {
             name: "coordinator".into(),
-            binary,
+            binary: spec.binary.clone(),
             args,
-            env: Vec::new(),
-            addr: coordinator_addr,
-            log_path: log_dir.join("coordinator.log"),
+            env: spec.env_of("coordinator"),
+            addr: participants.coordinator_addr,
+            log_path: participants.log_dir.join("coordinator.log"),
         });
-
         let mut cluster = LocalCluster {
             coordinator,
-            participants,
-            log_dir,
+            participants: participants.nodes,
+            log_dir: participants.log_dir,
         };
-        for (_, node) in &mut cluster.participants {
-            node.wait_ready(READY_TIMEOUT).map_err(anyhow::Error::msg)?;
-        }
         cluster
             .coordinator
             .wait_ready(READY_TIMEOUT)
-            .map_err(anyhow::Error::msg)?;
+            .map_err(ClusterError::NotReady)?;
         Ok(cluster)
+    }
+
+    /// The node of participant `name`.
+    pub fn participant(&mut self, name: &str) -> Result<&mut Node> {
+        self.participants
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, node)| node)
+            .ok_or_else(|| ClusterError::NoSuchParticipant(name.to_string()))
     }
 
     /// SIGKILL the coordinator: no flush, no goodbye.
@@ -140,7 +226,7 @@ impl LocalCluster {
         self.coordinator.restart();
         self.coordinator
             .wait_ready(READY_TIMEOUT)
-            .map_err(anyhow::Error::msg)
+            .map_err(ClusterError::NotReady)
     }
 
     /// Graceful stop of every process (SIGTERM), coordinator first.
@@ -166,7 +252,7 @@ impl LocalCluster {
     pub fn checkout_urls(&self) -> Result<ClusterUrls> {
         let url = |name: &str| {
             self.participant_url(name)
-                .with_context(|| format!("no participant {name} in this cluster"))
+                .ok_or_else(|| ClusterError::NoSuchParticipant(name.to_string()))
         };
         Ok(ClusterUrls {
             coordinator: self.coordinator_url(),
