@@ -1,0 +1,110 @@
+//! State shared by the `Wal` handles and the writer thread: the request queue, the poison flag and
+//! the counters behind `WalStats`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::error::WalError;
+use crate::ticket::Completer;
+use crate::types::{Durability, RecordType};
+
+#[derive(Debug)]
+pub enum Request {
+    Append {
+        record_type: RecordType,
+        payload: Vec<u8>,
+        durability: Durability,
+        completer: Completer,
+    },
+    Checkpoint {
+        snapshot: Vec<u8>,
+        completer: Completer,
+    },
+}
+
+impl Request {
+    pub fn fail(self, error: WalError) {
+        match self {
+            Request::Append { completer, .. } | Request::Checkpoint { completer, .. } => {
+                completer.complete(Err(error));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Queue {
+    pub requests: Vec<Request>,
+    /// Set by `Wal::close` (or dropping the last handle): the writer drains and exits.
+    pub closed: bool,
+}
+
+/// Counters behind [`crate::WalStats`].
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub records_appended: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub dir_fsyncs: AtomicU64,
+    pub batches: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub log_bytes_on_disk: AtomicU64,
+    pub last_seq: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub queue: Mutex<Queue>,
+    /// Signalled when the queue goes from empty to non-empty, and on close.
+    pub wake: Condvar,
+    poisoned: AtomicBool,
+    poison_cause: Mutex<Option<String>>,
+    pub counters: Counters,
+}
+
+impl Shared {
+    pub fn lock_queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Marks the log failed for good. Logged once, loudly.
+    pub fn poison(&self, error: &WalError) {
+        {
+            let mut cause = self
+                .poison_cause
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if cause.is_none() {
+                *cause = Some(error.to_string());
+            }
+        }
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                error = %error,
+                "write-ahead log failed; it is poisoned and accepts no more appends (fsync is never retried)"
+            );
+        }
+    }
+
+    pub fn poisoned_error(&self) -> WalError {
+        let cause = self
+            .poison_cause
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+            .unwrap_or_else(|| "an earlier write or fsync failed".to_string());
+        WalError::Poisoned { cause }
+    }
+}

@@ -1,0 +1,345 @@
+//! The writer thread: group commit. It takes everything queued, encodes it into one buffer, does
+//! one write and (if any request needs durability) one fdatasync, then resolves the tickets. While
+//! it syncs, new requests queue up and form the next batch: no timer, no artificial delay.
+
+use std::mem;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::error::WalError;
+use crate::frame::{self, FRAME_OVERHEAD_BYTES};
+use crate::names;
+use crate::recovery::Layout;
+use crate::shared::{Counters, Request, Shared};
+use crate::snapshot;
+use crate::storage::{Storage, StorageFile};
+use crate::ticket::Completer;
+use crate::types::{Durability, RecordType, SyncPolicy, WalOptions};
+
+#[derive(Debug)]
+struct Segment {
+    base_seq: u64,
+    path: PathBuf,
+    file: Box<dyn StorageFile>,
+    bytes: u64,
+    /// Written bytes not yet covered by an fdatasync.
+    unsynced: bool,
+}
+
+#[derive(Debug)]
+pub struct Writer {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    options: WalOptions,
+    shared: Arc<Shared>,
+    current: Segment,
+    /// Full segments before `current`, as (path, bytes).
+    older: Vec<(PathBuf, u64)>,
+    snapshot: Option<(PathBuf, u64)>,
+    next_seq: u64,
+    buf: Vec<u8>,
+    /// Appends encoded into `buf` (or written) whose tickets are not resolved yet.
+    pending: Vec<(Completer, u64)>,
+    pending_forced: bool,
+    /// Records in `buf`, for the stats.
+    unwritten_records: u64,
+}
+
+impl Writer {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        dir: PathBuf,
+        options: WalOptions,
+        shared: Arc<Shared>,
+        mut layout: Layout,
+    ) -> Result<Writer, WalError> {
+        let (base_seq, path, bytes) = layout
+            .segments
+            .pop()
+            .ok_or_else(|| WalError::corrupt(&dir, 0, "no segment to append to"))?;
+        let file = storage
+            .open_append(&path)
+            .map_err(|e| WalError::io("open", &path, e))?;
+        let writer = Writer {
+            storage,
+            dir,
+            options,
+            shared,
+            current: Segment {
+                base_seq,
+                path,
+                file,
+                bytes,
+                unsynced: false,
+            },
+            older: layout
+                .segments
+                .into_iter()
+                .map(|(_, path, bytes)| (path, bytes))
+                .collect(),
+            snapshot: layout.snapshot,
+            next_seq: layout.next_seq,
+            buf: Vec::new(),
+            pending: Vec::new(),
+            pending_forced: false,
+            unwritten_records: 0,
+        };
+        let counters = &writer.shared.counters;
+        Counters::add(&counters.last_seq, layout.next_seq - 1);
+        writer.publish_bytes_on_disk();
+        Ok(writer)
+    }
+
+    /// Runs until the queue is closed and drained.
+    pub fn run(mut self) {
+        let mut batch = Vec::new();
+        loop {
+            {
+                let mut queue = self.shared.lock_queue();
+                while queue.requests.is_empty() && !queue.closed {
+                    queue = self
+                        .shared
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+                if queue.requests.is_empty() {
+                    drop(queue);
+                    self.sync_on_close();
+                    return;
+                }
+                mem::swap(&mut batch, &mut queue.requests);
+            }
+            self.process(&mut batch);
+            std::thread::yield_now();
+        }
+    }
+
+    /// A clean shutdown makes lazy records durable too. Never after a failure (no fsync retries).
+    fn sync_on_close(&mut self) {
+        if !self.shared.is_poisoned()
+            && let Err(error) = self.write_and_sync(true)
+        {
+            self.shared.poison(&error);
+        }
+    }
+
+    fn process(&mut self, batch: &mut Vec<Request>) {
+        Counters::add(&self.shared.counters.batches, 1);
+        for request in batch.drain(..) {
+            if self.shared.is_poisoned() {
+                request.fail(self.shared.poisoned_error());
+                continue;
+            }
+            match request {
+                Request::Append {
+                    record_type,
+                    payload,
+                    durability,
+                    completer,
+                } => self.append(record_type, &payload, durability, completer),
+                Request::Checkpoint {
+                    snapshot,
+                    completer,
+                } => {
+                    let outcome = self.checkpoint(&snapshot);
+                    if let Err(error) = &outcome {
+                        self.shared.poison(error);
+                    }
+                    completer.complete(outcome);
+                }
+            }
+        }
+        let sync = self.pending_forced;
+        // An error here has poisoned the log and failed the pending tickets already.
+        let _ = self.flush(sync);
+    }
+
+    fn append(
+        &mut self,
+        record_type: RecordType,
+        payload: &[u8],
+        durability: Durability,
+        completer: Completer,
+    ) {
+        let frame_bytes = (FRAME_OVERHEAD_BYTES + payload.len()) as u64;
+        let used = self.current.bytes + self.buf.len() as u64;
+        if used > 0
+            && used + frame_bytes > self.options.segment_bytes_max
+            && let Err(error) = self.roll()
+        {
+            self.fail_pending(&error);
+            completer.complete(Err(error));
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        frame::encode(&mut self.buf, seq, record_type, payload);
+        self.unwritten_records += 1;
+        self.pending.push((completer, seq));
+        if durability == Durability::Forced {
+            self.pending_forced = true;
+        }
+    }
+
+    /// Writes the buffer, syncs if asked, and resolves the pending tickets either way.
+    fn flush(&mut self, sync: bool) -> Result<(), WalError> {
+        let outcome = self.write_and_sync(sync);
+        match &outcome {
+            Ok(()) => {
+                for (completer, seq) in self.pending.drain(..) {
+                    completer.complete(Ok(seq));
+                }
+            }
+            Err(error) => self.fail_pending(error),
+        }
+        self.pending_forced = false;
+        outcome
+    }
+
+    fn fail_pending(&mut self, error: &WalError) {
+        self.shared.poison(error);
+        for (completer, _) in self.pending.drain(..) {
+            completer.complete(Err(error.clone()));
+        }
+        self.pending_forced = false;
+    }
+
+    fn write_and_sync(&mut self, sync: bool) -> Result<(), WalError> {
+        if !self.buf.is_empty() {
+            let path = &self.current.path;
+            self.current
+                .file
+                .append(&self.buf)
+                .map_err(|e| WalError::io("write", path, e))?;
+            let written = self.buf.len() as u64;
+            self.buf.clear();
+            self.current.bytes += written;
+            self.current.unsynced = true;
+            let counters = &self.shared.counters;
+            Counters::add(&counters.bytes_written, written);
+            Counters::add(&counters.log_bytes_on_disk, written);
+            Counters::add(
+                &counters.records_appended,
+                mem::take(&mut self.unwritten_records),
+            );
+            counters
+                .last_seq
+                .store(self.next_seq - 1, Ordering::Relaxed);
+            crash_point_between_write_and_fsync()?;
+        }
+        if sync && self.current.unsynced && self.options.sync == SyncPolicy::Fsync {
+            let path = &self.current.path;
+            self.current
+                .file
+                .sync_data()
+                .map_err(|e| WalError::io("fdatasync", path, e))?;
+            self.current.unsynced = false;
+            Counters::add(&self.shared.counters.fsyncs, 1);
+        }
+        Ok(())
+    }
+
+    /// Closes the current segment and starts one at `next_seq`. The old segment is synced first:
+    /// a record in the new segment must never survive a crash that loses one before it.
+    fn roll(&mut self) -> Result<(), WalError> {
+        self.write_and_sync(true)?;
+        let path = self.dir.join(names::segment_name(self.next_seq));
+        let file = self
+            .storage
+            .create(&path)
+            .map_err(|e| WalError::io("create", &path, e))?;
+        self.sync_dir()?;
+        let old = mem::replace(
+            &mut self.current,
+            Segment {
+                base_seq: self.next_seq,
+                path,
+                file,
+                bytes: 0,
+                unsynced: false,
+            },
+        );
+        self.older.push((old.path, old.bytes));
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<(), WalError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| WalError::io("fsync directory", &self.dir, e))?;
+        Counters::add(&self.shared.counters.dir_fsyncs, 1);
+        Ok(())
+    }
+
+    /// The checkpoint, in four steps:
+    /// 1. everything submitted so far is made durable;
+    /// 2. roll, so that no segment holds records on both sides of the snapshot;
+    /// 3. snapshot to a tmp file, fsync, rename, fsync dir (the commit point);
+    /// 4. delete older segments and the previous snapshot, fsync dir.
+    ///
+    /// A crash before step 3 completes recovers the old state, after it the new one (recovery
+    /// finishes step 4).
+    fn checkpoint(&mut self, snapshot: &[u8]) -> Result<u64, WalError> {
+        self.flush(true)?;
+        let covered = self.next_seq - 1;
+        if self.current.base_seq != self.next_seq {
+            self.roll()?;
+        }
+        let tmp = self.dir.join(names::snapshot_tmp_name(covered));
+        let path = self.dir.join(names::snapshot_name(covered));
+        let bytes = snapshot::encode(covered, snapshot);
+        let mut file = self
+            .storage
+            .create(&tmp)
+            .map_err(|e| WalError::io("create", &tmp, e))?;
+        file.append(&bytes)
+            .map_err(|e| WalError::io("write", &tmp, e))?;
+        file.sync_data()
+            .map_err(|e| WalError::io("fsync", &tmp, e))?;
+        Counters::add(&self.shared.counters.fsyncs, 1);
+        drop(file);
+        self.storage
+            .rename(&tmp, &path)
+            .map_err(|e| WalError::io("rename", &tmp, e))?;
+        self.sync_dir()?;
+        crash_point_before_checkpoint_delete()?;
+        let mut obsolete: Vec<PathBuf> = self.older.drain(..).map(|(p, _)| p).collect();
+        let previous = self.snapshot.replace((path.clone(), bytes.len() as u64));
+        if let Some((previous, _)) = previous.filter(|(p, _)| *p != path) {
+            obsolete.push(previous);
+        }
+        for old in &obsolete {
+            self.storage
+                .remove(old)
+                .map_err(|e| WalError::io("remove", old, e))?;
+        }
+        self.sync_dir()?;
+        Counters::add(&self.shared.counters.checkpoints, 1);
+        self.publish_bytes_on_disk();
+        Ok(covered)
+    }
+
+    fn publish_bytes_on_disk(&self) {
+        let total = self.current.bytes
+            + self.older.iter().map(|(_, b)| b).sum::<u64>()
+            + self.snapshot.as_ref().map_or(0, |(_, b)| *b);
+        self.shared
+            .counters
+            .log_bytes_on_disk
+            .store(total, Ordering::Relaxed);
+    }
+}
+
+/// `wal::between_write_and_fsync`: the batch is in the page cache, not yet durable.
+fn crash_point_between_write_and_fsync() -> Result<(), WalError> {
+    fail::fail_point!("wal::between_write_and_fsync", |_| std::process::abort());
+    Ok(())
+}
+
+/// `wal::checkpoint_before_delete`: the new snapshot is durable, old segments not yet deleted.
+fn crash_point_before_checkpoint_delete() -> Result<(), WalError> {
+    fail::fail_point!("wal::checkpoint_before_delete", |_| std::process::abort());
+    Ok(())
+}
