@@ -1,11 +1,199 @@
-//! Command-line entry point. (Being built.)
+//! `twopc participant`: the reference KV participant as a process.
 
-/// Command-line arguments.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use protocol::ParticipantName;
+
+use crate::config::ParticipantConfig;
+use crate::kv::{KvStore, routes};
+use crate::service::Participant;
+
+/// Command-line arguments (every flag and default is in docs/operations.md).
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// This participant's name (as the coordinator registers it), for logs.
+    #[arg(long)]
+    pub name: ParticipantName,
+    /// Address to serve HTTP on, e.g. 127.0.0.1:7001.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Data directory: holds LOCK and the log (wal/). Created if absent.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// JSON object of initial keys (`{"stock:sku-1": 100}`), applied only on the first start.
+    #[arg(long)]
+    pub seed: Option<PathBuf>,
+    /// Coordinator base URL asked about in-doubt transactions (`http://127.0.0.1:7000`).
+    #[arg(long)]
+    pub coordinator: Option<String>,
+    /// A prepared transaction with no decision for this long asks the coordinator.
+    #[arg(long, default_value_t = 5_000)]
+    pub in_doubt_after_ms: u64,
+    /// First wait between decision queries after `pending` or no answer (doubles each time).
+    #[arg(long, default_value_t = 100)]
+    pub decision_backoff_base_ms: u64,
+    /// Cap on the wait between decision queries (plus up to half of it as jitter).
+    #[arg(long, default_value_t = 10_000)]
+    pub decision_backoff_max_ms: u64,
+    /// Timeout of one decision query.
+    #[arg(long, default_value_t = 2_000)]
+    pub decision_timeout_ms: u64,
+    /// Write a checkpoint after this many log records.
+    #[arg(long, default_value_t = 10_000)]
+    pub checkpoint_every_records: u64,
+    /// How long decided transactions are remembered for duplicates and late messages.
+    #[arg(long, default_value_t = 24 * 60 * 60 * 1000)]
+    pub tombstone_retention_ms: u64,
+    /// Most decided transactions remembered (the oldest go first).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub tombstones_max: usize,
+    /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
+    #[arg(long)]
+    pub unsafe_no_fsync: bool,
+}
 
-/// Runs the service; returns the process exit code.
-pub fn main(_args: Args) -> std::process::ExitCode {
-    tracing::error!("not built yet");
-    std::process::ExitCode::FAILURE
+impl Args {
+    fn config(&self) -> Result<ParticipantConfig, String> {
+        if let Some(url) = &self.coordinator
+            && !url.starts_with("http://")
+        {
+            // No TLS client is built in yet (authentication between the parties is planned).
+            return Err(format!("--coordinator {url:?} must start with http://"));
+        }
+        if self.checkpoint_every_records == 0 {
+            return Err("--checkpoint-every-records must be at least 1".into());
+        }
+        if self.decision_backoff_base_ms == 0
+            || self.decision_backoff_max_ms < self.decision_backoff_base_ms
+        {
+            return Err(
+                "--decision-backoff-base-ms must be at least 1 and at most --decision-backoff-max-ms"
+                    .into(),
+            );
+        }
+        let mut config = ParticipantConfig::new(&self.data_dir);
+        config.coordinator_url = self.coordinator.clone();
+        config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
+        config.engine.decision_backoff_base_ms = self.decision_backoff_base_ms;
+        config.engine.decision_backoff_max_ms = self.decision_backoff_max_ms;
+        config.engine.tombstone_retention_ms = self.tombstone_retention_ms;
+        config.engine.tombstones_max = self.tombstones_max;
+        config.decision_timeout_ms = self.decision_timeout_ms;
+        config.checkpoint_every_records = self.checkpoint_every_records;
+        if self.unsafe_no_fsync {
+            config.wal.sync = wal::SyncPolicy::Never;
+        }
+        // Scan for in-doubt transactions a few times per in-doubt period, at most every 100 ms.
+        config.tick_ms = (self.in_doubt_after_ms / 4).clamp(10, 100);
+        Ok(config)
+    }
+}
+
+/// Runs the service; returns the process exit code (0 clean shutdown, 1 runtime failure,
+/// 2 bad configuration, 3 data directory locked, 4 corrupt log).
+pub fn main(args: Args) -> ExitCode {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(message) => {
+            tracing::error!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let seed = match &args.seed {
+        None => KvStore::new(),
+        Some(path) => match std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| KvStore::from_seed(&bytes).map_err(|e| e.to_string()))
+        {
+            Ok(store) => store,
+            Err(error) => {
+                tracing::error!(seed = %path.display(), %error, "cannot use the seed file");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    if args.unsafe_no_fsync {
+        tracing::warn!("--unsafe-no-fsync: the log is never fsynced; votes are no promise");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(args.name, args.listen, config, seed))
+}
+
+async fn serve(
+    name: ParticipantName,
+    listen: SocketAddr,
+    config: ParticipantConfig,
+    seed: KvStore,
+) -> ExitCode {
+    let opened = tokio::task::spawn_blocking(move || Participant::open(config, move || seed)).await;
+    let participant = match opened {
+        Ok(Ok(participant)) => participant,
+        Ok(Err(error)) => {
+            tracing::error!(%error, "cannot start");
+            return ExitCode::from(error.exit_code());
+        }
+        Err(error) => {
+            tracing::error!(%error, "recovery panicked");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(%listen, %error, "cannot listen");
+            return ExitCode::FAILURE;
+        }
+    };
+    let resolver = participant.spawn_resolver();
+    tracing::info!(%name, %listen, "participant ready");
+    let watched = participant.clone();
+    let served = axum::serve(listener, routes::app(&participant))
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                () = shutdown_signal() => tracing::info!("shutting down on signal"),
+                () = watched.failed() => tracing::error!("shutting down: the log failed"),
+            }
+        })
+        .await;
+    resolver.abort();
+    let closing = participant.clone();
+    let _ = tokio::task::spawn_blocking(move || closing.close()).await;
+    if let Err(error) = served {
+        tracing::error!(%error, "server failed");
+        return ExitCode::FAILURE;
+    }
+    if participant.is_failed() {
+        return ExitCode::FAILURE;
+    }
+    tracing::info!(%name, "stopped");
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }

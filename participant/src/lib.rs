@@ -1,2 +1,39 @@
-//! (Being built.)
+//! The twopc participant library and the reference key-value participant.
+//!
+//! This crate owns everything a service needs to take part in two-phase commit (design 3.2,
+//! 4.4): a pure protocol engine ([`engine`]) over a service's [`Resource`], the durable
+//! prepared-state log on the `wal` crate, epoch fencing, tombstones, recovery with in-doubt
+//! resolution, and the HTTP routes. It also ships the reference KV store ([`kv`]) and the
+//! `twopc participant` command ([`cli`]).
+//!
+//! It must never decide a prepared transaction's outcome by itself, never answer yes before the
+//! prepared record is durable, never ack a decision before its record is durable, and never
+//! call a URL that a request handed it (the coordinator's URL comes from configuration only).
+//! It does not depend on the coordinator crate.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod cli;
+pub mod config;
+pub mod crash;
+pub mod engine;
+pub mod http;
+pub mod kv;
+mod locks;
+mod metrics;
+pub mod open;
+pub mod record;
+mod rejection;
+mod resolver;
+pub mod resource;
+pub mod service;
+pub mod snapshot;
+pub mod tombstones;
+
+pub use config::ParticipantConfig;
+pub use engine::{Command, Engine, EngineConfig, Event, Reply};
+pub use http::{ApiError, finish};
+pub use open::OpenError;
+pub use rejection::Rejection;
+pub use resource::{InvalidPayload, Resource};
+pub use service::{Participant, RequestError};
+pub use wal::{SyncPolicy, WalOptions};

@@ -1,0 +1,42 @@
+//! The library's configuration: one place for every tunable and its default.
+
+use std::path::PathBuf;
+
+use wal::WalOptions;
+
+use crate::engine::EngineConfig;
+
+/// How a [`crate::Participant`] runs.
+#[derive(Debug, Clone)]
+pub struct ParticipantConfig {
+    /// Holds `LOCK` (exclusive while the process runs) and the log in `wal/`.
+    pub data_dir: PathBuf,
+    /// Protocol tunables (in-doubt time, backoff, tombstone retention).
+    pub engine: EngineConfig,
+    /// Base URL of the coordinator to ask about in-doubt transactions (`http://host:port`).
+    /// `None`: in-doubt transactions wait for the coordinator's own resend.
+    pub coordinator_url: Option<String>,
+    /// Timeout of one decision query.
+    pub decision_timeout_ms: u64,
+    /// How often the in-doubt scan runs.
+    pub tick_ms: u64,
+    /// A checkpoint is written after this many log records, so the log stays bounded.
+    pub checkpoint_every_records: u64,
+    /// Log options. `SyncPolicy::Never` is for benchmark baselines only.
+    pub wal: WalOptions,
+}
+
+impl ParticipantConfig {
+    /// Defaults for everything but the data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            engine: EngineConfig::default(),
+            coordinator_url: None,
+            decision_timeout_ms: 2_000,
+            tick_ms: 100,
+            checkpoint_every_records: 10_000,
+            wal: WalOptions::default(),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Named crash points (design section 6). Compiled in only with the `failpoints` feature; armed
+//! with `FAILPOINTS=<name>=return`, the process aborts there (like a SIGKILL: no cleanup).
+
+/// Prepare: validated and locked, the prepared record not yet submitted.
+pub const BEFORE_PREPARED_DURABLE: &str = "participant::before_prepared_durable";
+/// Prepare: the prepared record is durable, the yes vote not yet sent.
+pub const AFTER_PREPARED_DURABLE: &str = "participant::after_prepared_durable";
+/// Commit: the commit record is durable, the ack not yet sent.
+pub const AFTER_COMMIT_LOGGED: &str = "participant::after_commit_logged";
+
+pub(crate) fn crash_point(name: &'static str) {
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+    fail::fail_point!(name, |_| std::process::abort());
+}

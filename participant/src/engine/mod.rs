@@ -1,0 +1,135 @@
+//! The participant's protocol logic as a pure state machine: `step(event) -> Vec<Command>`.
+//!
+//! No I/O, no clock, no randomness: time arrives in events (`now_ms`), jitter arrives as
+//! `entropy`, and every effect leaves as a command that the shell executes in order (log appends
+//! before the reply that depends on them). A simulation can drive it with no sockets and no disk.
+//!
+//! The engine owns the resource, the prepared set with its key locks, the tombstones and the
+//! highest epoch per coordinator id. It never decides a transaction's outcome by itself: a
+//! prepared transaction leaves the prepared set only through a commit or abort from the
+//! coordinator, or through the coordinator's answer to a decision query.
+
+mod in_doubt;
+mod phases;
+mod replay;
+mod types;
+
+use std::collections::BTreeMap;
+
+use protocol::kv::PreparedEntry;
+use protocol::{CoordinatorId, Epoch, TxId};
+
+use crate::locks::Locks;
+use crate::resource::Resource;
+use crate::tombstones::Tombstones;
+
+pub use crate::rejection::Rejection;
+pub use in_doubt::backoff_ms;
+pub use types::{Command, EngineConfig, Event, PreparedTx, ReplayError, Reply};
+
+/// The participant state machine.
+#[derive(Debug)]
+pub struct Engine<R: Resource> {
+    pub(crate) config: EngineConfig,
+    pub(crate) resource: R,
+    pub(crate) prepared: BTreeMap<TxId, PreparedTx<R::Staged>>,
+    pub(crate) locks: Locks,
+    pub(crate) tombstones: Tombstones,
+    pub(crate) epochs: BTreeMap<CoordinatorId, Epoch>,
+}
+
+impl<R: Resource> Engine<R> {
+    pub fn new(config: EngineConfig, resource: R) -> Self {
+        let tombstones = Tombstones::new(config.tombstone_retention_ms, config.tombstones_max);
+        Self {
+            config,
+            resource,
+            prepared: BTreeMap::new(),
+            locks: Locks::default(),
+            tombstones,
+            epochs: BTreeMap::new(),
+        }
+    }
+
+    pub fn resource(&self) -> &R {
+        &self.resource
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn prepared_len(&self) -> usize {
+        self.prepared.len()
+    }
+
+    pub fn locks_len(&self) -> usize {
+        self.locks.len()
+    }
+
+    pub fn tombstones_len(&self) -> usize {
+        self.tombstones.len()
+    }
+
+    pub fn highest_epoch(&self, coordinator_id: &CoordinatorId) -> Option<Epoch> {
+        self.epochs.get(coordinator_id).copied()
+    }
+
+    /// The in-doubt transactions, by txid.
+    pub fn prepared_list(&self) -> Vec<PreparedEntry> {
+        self.prepared
+            .iter()
+            .map(|(txid, p)| PreparedEntry {
+                txid: txid.clone(),
+                coordinator_id: p.coordinator_id.clone(),
+                epoch: p.epoch,
+                keys: p.keys.clone(),
+                prepared_at_ms: p.prepared_at_ms,
+            })
+            .collect()
+    }
+
+    /// Feeds one event; returns what to do.
+    pub fn step(&mut self, event: Event) -> Vec<Command> {
+        match event {
+            Event::Prepare { request, now_ms } => {
+                self.tombstones.prune(now_ms);
+                self.prepare(request, now_ms)
+            }
+            Event::Commit { request, now_ms } => {
+                self.tombstones.prune(now_ms);
+                self.commit(request, now_ms)
+            }
+            Event::Abort { request, now_ms } => {
+                self.tombstones.prune(now_ms);
+                self.abort(request, now_ms)
+            }
+            Event::Tick { now_ms } => {
+                self.tombstones.prune(now_ms);
+                self.tick(now_ms)
+            }
+            Event::DecisionAnswer {
+                txid,
+                answer,
+                now_ms,
+                entropy,
+            } => self.decision_answer(txid, answer, now_ms, entropy),
+        }
+    }
+
+    /// Raises the highest epoch for a coordinator; `Ok(true)` when it rose.
+    fn fence(&mut self, coordinator_id: &CoordinatorId, epoch: Epoch) -> Result<bool, Rejection> {
+        match self.epochs.get(coordinator_id) {
+            Some(highest) if epoch < *highest => Err(Rejection::StaleEpoch {
+                coordinator_id: coordinator_id.clone(),
+                got: epoch,
+                highest: *highest,
+            }),
+            Some(highest) if epoch == *highest => Ok(false),
+            Some(_) | None => {
+                self.epochs.insert(coordinator_id.clone(), epoch);
+                Ok(true)
+            }
+        }
+    }
+}

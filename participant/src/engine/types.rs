@@ -1,0 +1,101 @@
+//! The engine's vocabulary: configuration, events in, commands out, prepared transactions.
+
+use protocol::{CoordinatorId, DecisionRequest, DecisionStatus, Epoch, PrepareRequest, TxId, Vote};
+
+use crate::record::Record;
+use crate::rejection::Rejection;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// A prepared transaction with no decision for this long asks the coordinator.
+    pub in_doubt_after_ms: u64,
+    /// First wait between decision queries after an unhelpful answer.
+    pub decision_backoff_base_ms: u64,
+    /// Cap on the wait between decision queries (jitter of up to half is added on top).
+    pub decision_backoff_max_ms: u64,
+    /// How long a decided transaction is remembered.
+    pub tombstone_retention_ms: u64,
+    /// Most decided transactions remembered.
+    pub tombstones_max: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            in_doubt_after_ms: 5_000,
+            decision_backoff_base_ms: 100,
+            decision_backoff_max_ms: 10_000,
+            tombstone_retention_ms: 24 * 60 * 60 * 1000,
+            tombstones_max: 1_000_000,
+        }
+    }
+}
+
+/// Something that happened to the participant.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Prepare {
+        request: PrepareRequest,
+        now_ms: u64,
+    },
+    Commit {
+        request: DecisionRequest,
+        now_ms: u64,
+    },
+    Abort {
+        request: DecisionRequest,
+        now_ms: u64,
+    },
+    /// Time passed: prepared transactions in doubt for too long ask the coordinator.
+    Tick { now_ms: u64 },
+    /// The coordinator's answer to a decision query; `None` when it could not be asked or gave
+    /// no usable answer. `entropy` is any random number (it picks the jitter).
+    DecisionAnswer {
+        txid: TxId,
+        answer: Option<DecisionStatus>,
+        now_ms: u64,
+        entropy: u64,
+    },
+}
+
+/// What the shell must do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Append `record`. When `forced`, the reply that follows must wait until it is durable.
+    Log { record: Record, forced: bool },
+    /// Answer the request that caused this step.
+    Reply(Reply),
+    /// Ask the coordinator for this transaction's decision, then feed back `DecisionAnswer`.
+    AskDecision { txid: TxId },
+}
+
+/// The answer to a protocol request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Vote(Vote),
+    Ack,
+    Reject(Rejection),
+}
+
+/// A transaction holding its locks between prepare and decision.
+#[derive(Debug)]
+pub struct PreparedTx<S> {
+    pub coordinator_id: CoordinatorId,
+    pub epoch: Epoch,
+    pub payload: serde_json::Value,
+    pub staged: S,
+    pub keys: Vec<String>,
+    pub prepared_at_ms: u64,
+    pub(super) next_ask_at_ms: u64,
+    pub(super) asks: u32,
+    pub(super) asking: bool,
+}
+
+/// Why the log cannot be replayed into the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("prepared transaction {txid}: its logged payload no longer parses: {reason}")]
+    Payload { txid: TxId, reason: String },
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+}

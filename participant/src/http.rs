@@ -1,0 +1,205 @@
+//! The participant's HTTP surface: the protocol routes (`/2pc/prepare`, `/2pc/commit`,
+//! `/2pc/abort`), `/v1/prepared`, `/healthz`, `/readyz`, `/metrics`, and the error body every
+//! failure uses.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use protocol::kv::PreparedList;
+use protocol::limits::BODY_BYTES_MAX;
+use protocol::{AckResponse, DecisionRequest, ErrorBody, ErrorCode, PrepareRequest, Vote, routes};
+use serde::de::DeserializeOwned;
+
+use crate::metrics::Gauges;
+use crate::resource::Resource;
+use crate::service::{Participant, RequestError};
+
+/// An error answer: `{"error": code, "message": ...}` with the code's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, axum::Json(ErrorBody::new(self.code, self.message))).into_response()
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(error: RequestError) -> Self {
+        match &error {
+            RequestError::Rejected(rejection) => ApiError::new(rejection.code(), error.to_string()),
+            RequestError::LogFailed(_) => ApiError::new(ErrorCode::LogFailed, error.to_string()),
+            RequestError::Internal(_) => ApiError::new(ErrorCode::Internal, error.to_string()),
+        }
+    }
+}
+
+/// Decodes a JSON body: 413 over the body limit, 415 for a non-JSON content type, 400 for
+/// malformed JSON or the wrong shape.
+pub fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::BodyTooLarge,
+                format!("the body is larger than {BODY_BYTES_MAX} bytes"),
+            )
+        } else {
+            ApiError::new(ErrorCode::MalformedJson, rejection.body_text())
+        }
+    })?;
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let json = content_type.to_str().is_ok_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+        if !json {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedMediaType,
+                "the body must be application/json",
+            ));
+        }
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(ErrorCode::MalformedJson, format!("malformed request: {e}")))
+}
+
+impl<R: Resource> Participant<R> {
+    /// The routes every participant serves: the protocol, `/v1/prepared`, health, readiness
+    /// and metrics. Merge a service's own routes into it, then pass it through [`finish`].
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(routes::PREPARE, post(prepare::<R>))
+            .route(routes::COMMIT, post(commit::<R>))
+            .route(routes::ABORT, post(abort::<R>))
+            .route(routes::PREPARED, get(prepared::<R>))
+            .route(routes::HEALTHZ, get(healthz))
+            .route(routes::READYZ, get(readyz::<R>))
+            .route(routes::METRICS, get(metrics::<R>))
+            .with_state(self.clone())
+    }
+
+    /// The Prometheus text of this participant.
+    pub fn metrics_text(&self) -> String {
+        let gauges = self.with_engine(|engine| Gauges {
+            prepared: engine.prepared_len(),
+            locks: engine.locks_len(),
+            tombstones: engine.tombstones_len(),
+            log_failed: false,
+        });
+        let gauges = Gauges {
+            log_failed: self.is_failed(),
+            ..gauges
+        };
+        let mut text = self.metrics().render(&gauges);
+        let stats = self.wal().stats();
+        text.push_str(&format!(
+            "# HELP twopc_wal_fsyncs_total fdatasync calls of the log.\n\
+             # TYPE twopc_wal_fsyncs_total counter\n\
+             twopc_wal_fsyncs_total {}\n\
+             # HELP twopc_wal_records_total Records appended to the log.\n\
+             # TYPE twopc_wal_records_total counter\n\
+             twopc_wal_records_total {}\n\
+             # HELP twopc_wal_bytes_on_disk Bytes of log on disk.\n\
+             # TYPE twopc_wal_bytes_on_disk gauge\n\
+             twopc_wal_bytes_on_disk {}\n",
+            stats.fsyncs, stats.records_appended, stats.log_bytes_on_disk
+        ));
+        text
+    }
+}
+
+/// Adds what every service answers the same way: 404 `unknown_route`, 405
+/// `method_not_allowed`, and the body limit (413 `body_too_large`).
+pub fn finish(router: Router) -> Router {
+    router
+        .fallback(|| async { ApiError::new(ErrorCode::UnknownRoute, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "this route does not take that method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+}
+
+async fn prepare<R: Resource>(
+    State(participant): State<Participant<R>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<Vote>, ApiError> {
+    let request: PrepareRequest = json_body(&headers, body)?;
+    Ok(axum::Json(participant.prepare(request).await?))
+}
+
+async fn commit<R: Resource>(
+    State(participant): State<Participant<R>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<AckResponse>, ApiError> {
+    let request: DecisionRequest = json_body(&headers, body)?;
+    participant.commit(request).await?;
+    Ok(axum::Json(AckResponse { ack: true }))
+}
+
+async fn abort<R: Resource>(
+    State(participant): State<Participant<R>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<AckResponse>, ApiError> {
+    let request: DecisionRequest = json_body(&headers, body)?;
+    participant.abort(request).await?;
+    Ok(axum::Json(AckResponse { ack: true }))
+}
+
+async fn prepared<R: Resource>(
+    State(participant): State<Participant<R>>,
+) -> axum::Json<PreparedList> {
+    axum::Json(PreparedList {
+        prepared: participant.prepared_list(),
+    })
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn readyz<R: Resource>(
+    State(participant): State<Participant<R>>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    if participant.is_failed() {
+        return Err(ApiError::new(
+            ErrorCode::LogFailed,
+            "the log failed; this participant takes no more writes",
+        ));
+    }
+    Ok(axum::Json(serde_json::json!({"status": "ready"})))
+}
+
+async fn metrics<R: Resource>(State(participant): State<Participant<R>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        participant.metrics_text(),
+    )
+}

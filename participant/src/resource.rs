@@ -1,0 +1,69 @@
+//! The `Resource` trait: what a service implements to become a participant.
+//!
+//! A resource is a deterministic in-memory state machine. It never does I/O and never decides
+//! anything about the protocol: the library calls it to parse a payload, to learn which keys a
+//! transaction locks, to check whether the transaction could commit against the committed state,
+//! and to apply a committed transaction. Durability, locks, duplicates, epochs and recovery are
+//! the library's job.
+
+use std::fmt;
+
+/// Why a payload cannot be understood at all (answered as 422 `invalid_payload`, not as a vote).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidPayload(pub String);
+
+impl InvalidPayload {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl fmt::Display for InvalidPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A service's state, driven by the participant library.
+///
+/// Every method must be deterministic: recovery replays the log through `parse` and `apply`
+/// and must arrive at the state the service had before it stopped.
+pub trait Resource: Send + 'static {
+    /// A parsed payload, kept while the transaction is prepared.
+    type Staged: Send + 'static;
+
+    /// Decodes a payload and checks its shape (no state involved). An error is answered with
+    /// 422 `invalid_payload` and leaves everything unchanged.
+    fn parse(&self, payload: &serde_json::Value) -> Result<Self::Staged, InvalidPayload>;
+
+    /// The keys this transaction locks from prepare until its decision. Another transaction
+    /// that needs one of them while it is held votes no at once.
+    fn lock_keys(&self, staged: &Self::Staged) -> Vec<String>;
+
+    /// Could this transaction commit against the committed state? `Err(reason)` is a no vote.
+    /// Called only when every key in `lock_keys` is free, so nothing can change the answer
+    /// between this check and `apply`.
+    fn check(&self, staged: &Self::Staged) -> Result<(), String>;
+
+    /// Applies a committed transaction. Must not fail: `check` said yes and the keys have been
+    /// locked since.
+    fn apply(&mut self, staged: Self::Staged);
+
+    /// Called when a prepared transaction aborts. Staging does not touch the state, so the
+    /// default does nothing.
+    fn release(&mut self, _staged: Self::Staged) {}
+
+    /// Roughly how many entries a snapshot holds (0 if unknown). Checkpoints are taken no more
+    /// often than every this many log records, so their cost per record stays constant.
+    fn entries(&self) -> usize {
+        0
+    }
+
+    /// The committed state, for checkpoints.
+    fn snapshot(&self) -> serde_json::Value;
+
+    /// Rebuilds the committed state from `snapshot`.
+    fn restore(snapshot: serde_json::Value) -> Result<Self, String>
+    where
+        Self: Sized;
+}

@@ -1,0 +1,410 @@
+//! The thin shell around the engine: it owns the log, executes the engine's commands in order
+//! (log appends before the reply that depends on them) and exposes async calls for the HTTP
+//! routes and for embedding services.
+//!
+//! The engine and the log are kept in the same order by submitting every record while the
+//! engine's mutex is held (`Wal::submit` never blocks); waiting for durability happens after
+//! the mutex is released, so concurrent requests share one fsync (group commit).
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use protocol::kv::PreparedEntry;
+use protocol::{DecisionRequest, DecisionStatus, PrepareRequest, TxId, Vote};
+use wal::{AppendTicket, Durability, Wal, WalError};
+
+use crate::config::ParticipantConfig;
+use crate::crash::{self, crash_point};
+use crate::engine::{Command, Engine, Event, Reply};
+use crate::metrics::Metrics;
+use crate::record::Record;
+use crate::rejection::Rejection;
+use crate::resource::Resource;
+
+/// Why a protocol request got no vote or ack.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The log failed; the process takes no more writes and shuts down.
+    #[error("the participant's log failed: {0}")]
+    LogFailed(#[source] WalError),
+    /// A bug: the engine answered a request with the wrong kind of reply.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+pub(crate) struct State<R: Resource> {
+    pub(crate) engine: Engine<R>,
+    records_since_checkpoint: u64,
+}
+
+pub(crate) struct Inner<R: Resource> {
+    pub(crate) state: Mutex<State<R>>,
+    pub(crate) wal: Wal,
+    pub(crate) config: ParticipantConfig,
+    pub(crate) metrics: Metrics,
+    pub(crate) fatal: AtomicBool,
+    /// Set by `close`: appends that fail with `Closed` after it are expected, not a log failure.
+    pub(crate) closing: AtomicBool,
+    pub(crate) fatal_notify: tokio::sync::Notify,
+    pub(crate) client: reqwest::Client,
+    /// Held for the life of the process: the exclusive lock on `<data-dir>/LOCK`.
+    pub(crate) _dir_lock: File,
+}
+
+/// A running participant: a resource plus everything that makes its votes promises.
+/// Cheap to clone (all clones share one engine and one log).
+pub struct Participant<R: Resource> {
+    pub(crate) inner: Arc<Inner<R>>,
+}
+
+impl<R: Resource> Clone for Participant<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<R: Resource> std::fmt::Debug for Participant<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Participant")
+            .field("data_dir", &self.inner.config.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Unix time in milliseconds (0 if the clock is before 1970).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl<R: Resource> Participant<R> {
+    pub(crate) fn from_parts(
+        engine: Engine<R>,
+        wal: Wal,
+        config: ParticipantConfig,
+        dir_lock: File,
+    ) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_millis(config.decision_timeout_ms))
+            .build()
+            .unwrap_or_default();
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    engine,
+                    records_since_checkpoint: 0,
+                }),
+                wal,
+                config,
+                metrics: Metrics::default(),
+                fatal: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
+                fatal_notify: tokio::sync::Notify::new(),
+                client,
+                _dir_lock: dir_lock,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &ParticipantConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<R>> {
+        // A panic while holding the lock leaves the engine as it was at the last complete
+        // step (steps do not panic by design); keep serving rather than poisoning everything.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Reads the committed state of the resource (prepared data is never visible here).
+    pub fn read<T>(&self, f: impl FnOnce(&R) -> T) -> T {
+        f(self.lock().engine.resource())
+    }
+
+    /// Runs `f` on the engine (for tests, metrics and operators).
+    pub fn with_engine<T>(&self, f: impl FnOnce(&Engine<R>) -> T) -> T {
+        f(&self.lock().engine)
+    }
+
+    /// In-doubt transactions.
+    pub fn prepared_list(&self) -> Vec<PreparedEntry> {
+        self.lock().engine.prepared_list()
+    }
+
+    /// Whether the log failed (the process must stop taking writes).
+    pub fn is_failed(&self) -> bool {
+        self.inner.fatal.load(Ordering::SeqCst) || self.inner.wal.is_poisoned()
+    }
+
+    /// Resolves when the log has failed; the service should shut down (exit code 1).
+    pub async fn failed(&self) {
+        loop {
+            let notified = self.inner.fatal_notify.notified();
+            if self.is_failed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Blocking: makes everything submitted durable and closes the log (graceful shutdown).
+    pub fn close(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        self.inner.wal.close();
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The log's counters (records, fsyncs, bytes on disk).
+    pub fn wal_stats(&self) -> wal::WalStats {
+        self.inner.wal.stats()
+    }
+
+    pub(crate) fn wal(&self) -> &Wal {
+        &self.inner.wal
+    }
+
+    /// Phase one. `Ok(Vote::Yes)` only after the prepared record is durable.
+    pub async fn prepare(&self, request: PrepareRequest) -> Result<Vote, RequestError> {
+        crash_point(crash::BEFORE_PREPARED_DURABLE);
+        let txid = request.txid.clone();
+        let reply = self
+            .run(Event::Prepare {
+                request,
+                now_ms: now_ms(),
+            })
+            .await?;
+        let result = match reply {
+            Some(Reply::Vote(vote)) => Ok(vote),
+            Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
+            Some(Reply::Ack) | None => Err(internal("prepare produced no vote")),
+        };
+        match &result {
+            Ok(Vote::Yes) => {
+                crash_point(crash::AFTER_PREPARED_DURABLE);
+                self.metrics().count_vote(true);
+                tracing::debug!(%txid, "prepared, voting yes");
+            }
+            Ok(Vote::No { reason }) => {
+                self.metrics().count_vote(false);
+                tracing::info!(%txid, %reason, "voting no");
+            }
+            Err(error) => {
+                self.metrics().count_rejected();
+                tracing::info!(%txid, %error, "prepare refused");
+            }
+        }
+        result
+    }
+
+    /// Phase two, commit. `Ok` only after the commit record is durable.
+    pub async fn commit(&self, request: DecisionRequest) -> Result<(), RequestError> {
+        let txid = request.txid.clone();
+        let reply = self
+            .run(Event::Commit {
+                request,
+                now_ms: now_ms(),
+            })
+            .await?;
+        let result = ack_or_reject(reply);
+        match &result {
+            Ok(()) => {
+                crash_point(crash::AFTER_COMMIT_LOGGED);
+                self.metrics().count_commit();
+                tracing::debug!(%txid, "committed");
+            }
+            Err(error) => {
+                self.metrics().count_rejected();
+                tracing::warn!(%txid, %error, "commit refused");
+            }
+        }
+        result
+    }
+
+    /// Phase two, abort. `Ok` only after the abort record (or tombstone) is durable.
+    pub async fn abort(&self, request: DecisionRequest) -> Result<(), RequestError> {
+        let txid = request.txid.clone();
+        let reply = self
+            .run(Event::Abort {
+                request,
+                now_ms: now_ms(),
+            })
+            .await?;
+        let result = ack_or_reject(reply);
+        match &result {
+            Ok(()) => {
+                self.metrics().count_abort();
+                tracing::debug!(%txid, "aborted");
+            }
+            Err(error) => {
+                self.metrics().count_rejected();
+                tracing::warn!(%txid, %error, "abort refused");
+            }
+        }
+        result
+    }
+
+    /// Feeds the coordinator's answer to a decision query (or `None`: no usable answer).
+    pub(crate) async fn decision_answer(
+        &self,
+        txid: TxId,
+        answer: Option<DecisionStatus>,
+    ) -> Result<(), RequestError> {
+        self.run(Event::DecisionAnswer {
+            txid,
+            answer,
+            now_ms: now_ms(),
+            entropy: fastrand::u64(..),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Scans for transactions in doubt for too long; returns the ones to ask about.
+    pub(crate) fn tick(&self) -> Vec<TxId> {
+        let commands = self.lock().engine.step(Event::Tick { now_ms: now_ms() });
+        commands
+            .into_iter()
+            .filter_map(|command| match command {
+                Command::AskDecision { txid } => Some(txid),
+                Command::Log { .. } | Command::Reply(_) => None,
+            })
+            .collect()
+    }
+
+    /// One engine step: submit its records under the mutex, then wait for the forced ones.
+    async fn run(&self, event: Event) -> Result<Option<Reply>, RequestError> {
+        if self.is_failed() {
+            return Err(RequestError::LogFailed(WalError::Poisoned {
+                cause: "an earlier append failed".into(),
+            }));
+        }
+        let mut tickets: Vec<AppendTicket> = Vec::new();
+        let mut reply = None;
+        {
+            let mut state = self.lock();
+            let commands = state.engine.step(event);
+            for command in commands {
+                match command {
+                    Command::Log { record, forced } => {
+                        let ticket = self.submit(&record, forced);
+                        state.records_since_checkpoint += 1;
+                        if forced {
+                            tickets.push(ticket);
+                        }
+                    }
+                    Command::Reply(r) => reply = Some(r),
+                    // Asks are produced by ticks only (see `tick`).
+                    Command::AskDecision { .. } => {}
+                }
+            }
+            // A checkpoint costs time proportional to the live state, so never take one more
+            // often than every `live` records: the cost per record stays constant and the log
+            // stays within about twice the live state.
+            let engine = &state.engine;
+            let live =
+                engine.prepared_len() + engine.tombstones_len() + engine.resource().entries();
+            let every = self
+                .inner
+                .config
+                .checkpoint_every_records
+                .max(u64::try_from(live).unwrap_or(u64::MAX));
+            if state.records_since_checkpoint >= every {
+                state.records_since_checkpoint = 0;
+                self.checkpoint_locked(&state);
+            }
+        }
+        for ticket in tickets {
+            if let Err(error) = ticket.wait().await {
+                self.fail(&error);
+                return Err(RequestError::LogFailed(error));
+            }
+        }
+        Ok(reply)
+    }
+
+    fn submit(&self, record: &Record, forced: bool) -> AppendTicket {
+        let durability = if forced {
+            Durability::Forced
+        } else {
+            Durability::Lazy
+        };
+        self.inner
+            .wal
+            .submit(record.record_type(), record.encode(), durability)
+    }
+
+    /// Writes a checkpoint of the engine as it is under the held mutex (ordered with submits).
+    fn checkpoint_locked(&self, state: &State<R>) {
+        let snapshot = match serde_json::to_vec(&state.engine.snapshot()) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::error!(%error, "cannot encode a checkpoint; the log keeps growing");
+                return;
+            }
+        };
+        let ticket = self.inner.wal.checkpoint(snapshot);
+        // Weak: a checkpoint in flight must not keep the participant (and its directory lock)
+        // alive after its owner dropped it.
+        let weak = Arc::downgrade(&self.inner);
+        let finished = move |result: Result<u64, WalError>| {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let this = Participant { inner };
+            match result {
+                Ok(seq) => {
+                    this.metrics().count_checkpoint();
+                    tracing::debug!(seq, "checkpoint written");
+                }
+                Err(error) => this.fail(&error),
+            }
+        };
+        // Waited for off the request path; outside a runtime (a caller driving the futures with
+        // another executor) a plain thread waits instead.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { finished(ticket.wait().await) });
+            }
+            Err(_) => {
+                std::thread::spawn(move || finished(ticket.wait_blocking()));
+            }
+        }
+    }
+
+    /// Marks the log failed: every later write is refused and the service shuts down.
+    pub(crate) fn fail(&self, error: &WalError) {
+        if self.inner.closing.load(Ordering::SeqCst) && matches!(error, WalError::Closed) {
+            tracing::debug!("an append raced the shutdown and was not written");
+            return;
+        }
+        if !self.inner.fatal.swap(true, Ordering::SeqCst) {
+            tracing::error!(%error, "the log failed: refusing all writes and shutting down");
+        }
+        self.inner.fatal_notify.notify_waiters();
+    }
+}
+
+fn ack_or_reject(reply: Option<Reply>) -> Result<(), RequestError> {
+    match reply {
+        Some(Reply::Ack) => Ok(()),
+        Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
+        Some(Reply::Vote(_)) | None => Err(internal("decision produced no ack")),
+    }
+}
+
+fn internal(what: &'static str) -> RequestError {
+    RequestError::Internal(what)
+}

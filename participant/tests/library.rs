@@ -1,0 +1,314 @@
+//! The library with a real log in a temporary directory: what survives a restart, the data
+//! directory lock, bounded logs, and in-doubt resolution against a stub coordinator.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Tally, add, decision, prepare};
+use participant::{OpenError, Participant, ParticipantConfig, RequestError};
+use protocol::{ErrorCode, Vote};
+
+fn config(dir: &tempfile::TempDir) -> ParticipantConfig {
+    ParticipantConfig::new(dir.path())
+}
+
+fn open(config: ParticipantConfig) -> Participant<Tally> {
+    Participant::open(config, Tally::default).unwrap()
+}
+
+fn code(result: Result<impl std::fmt::Debug, RequestError>) -> ErrorCode {
+    match result {
+        Err(RequestError::Rejected(rejection)) => rejection.code(),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn highest_epoch_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(config(&dir));
+    assert_eq!(
+        p.prepare(prepare("t1", 5, add("a", 1))).await.unwrap(),
+        Vote::Yes
+    );
+    // Raised by a message that leaves no other record.
+    assert_eq!(
+        code(p.commit(decision("ghost", 6)).await),
+        ErrorCode::NotPrepared
+    );
+    drop(p);
+    let p = open(config(&dir));
+    assert_eq!(
+        code(p.prepare(prepare("t2", 5, add("b", 1))).await),
+        ErrorCode::StaleEpoch
+    );
+    assert_eq!(
+        code(p.commit(decision("t1", 5)).await),
+        ErrorCode::StaleEpoch
+    );
+    p.commit(decision("t1", 6)).await.unwrap();
+    assert_eq!(p.read(|t| t.counts["a"]), 1);
+}
+
+#[tokio::test]
+async fn prepared_survives_a_restart_with_locks_and_commits_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(config(&dir));
+    assert_eq!(
+        p.prepare(prepare("t1", 1, add("a", 5))).await.unwrap(),
+        Vote::Yes
+    );
+    drop(p);
+
+    let p = open(config(&dir));
+    let listed = p.prepared_list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].keys, vec!["a".to_string()]);
+    match p.prepare(prepare("t2", 1, add("a", 1))).await.unwrap() {
+        Vote::No { reason } => assert!(reason.contains("t1"), "{reason}"),
+        Vote::Yes => panic!("a's lock must survive the restart"),
+    }
+    // A duplicate prepare after the restart gives the same yes.
+    assert_eq!(
+        p.prepare(prepare("t1", 1, add("a", 5))).await.unwrap(),
+        Vote::Yes
+    );
+    p.commit(decision("t1", 1)).await.unwrap();
+    drop(p);
+
+    let p = open(config(&dir));
+    p.commit(decision("t1", 1)).await.unwrap();
+    assert_eq!(p.read(|t| (t.counts["a"], t.applied)), (5, 1));
+    assert!(p.prepared_list().is_empty());
+}
+
+#[tokio::test]
+async fn abort_tombstone_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(config(&dir));
+    p.abort(decision("early", 1)).await.unwrap();
+    drop(p);
+    let p = open(config(&dir));
+    assert!(matches!(
+        p.prepare(prepare("early", 1, add("a", 1))).await.unwrap(),
+        Vote::No { .. }
+    ));
+    assert!(p.prepared_list().is_empty());
+}
+
+#[tokio::test]
+async fn a_second_process_cannot_open_the_same_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let _p = open(config(&dir));
+    match Participant::open(config(&dir), Tally::default) {
+        Err(error @ OpenError::Locked { .. }) => {
+            assert_eq!(error.exit_code(), 3);
+            assert!(
+                error
+                    .to_string()
+                    .contains(&dir.path().display().to_string())
+            );
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn checkpoints_keep_the_log_bounded_and_state_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.checkpoint_every_records = 20;
+    // Checkpoints come no more often than every `live entries` records; keep that small.
+    cfg.engine.tombstones_max = 50;
+    cfg.wal.segment_bytes_max = 4096;
+    let p = open(cfg.clone());
+    for i in 0..400 {
+        let txid = format!("t{i}");
+        assert_eq!(
+            p.prepare(prepare(&txid, 1, add("a", 1))).await.unwrap(),
+            Vote::Yes
+        );
+        p.commit(decision(&txid, 1)).await.unwrap();
+    }
+    p.prepare(prepare("open", 1, add("b", 2))).await.unwrap();
+    // Checkpoints complete in the background; poll until old segments are gone.
+    let mut bytes = u64::MAX;
+    for _ in 0..200 {
+        bytes = p
+            .metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("twopc_wal_bytes_on_disk "))
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        if bytes < 32 * 1024 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // 800 records of ~150 bytes would be >100 KiB without checkpoints.
+    assert!(bytes < 32 * 1024, "log is {bytes} bytes");
+    drop(p);
+    let p = open(cfg);
+    assert_eq!(p.read(|t| (t.counts["a"], t.applied)), (400, 400));
+    assert_eq!(p.prepared_list().len(), 1);
+    p.commit(decision("t399", 1)).await.unwrap(); // a tombstone carried across the restart
+    assert_eq!(p.read(|t| t.applied), 400);
+    // The oldest tombstones went with the count bound: a very late duplicate commit is refused
+    // (visible as stuck at the coordinator), never applied twice.
+    assert!(matches!(
+        p.commit(decision("t0", 1)).await,
+        Err(RequestError::Rejected(
+            participant::Rejection::NotPrepared { .. }
+        ))
+    ));
+    assert_eq!(p.read(|t| t.applied), 400);
+}
+
+type StubState = (Arc<Mutex<Vec<String>>>, Arc<Mutex<VecDeque<&'static str>>>);
+
+/// A stub coordinator: answers decision queries from a script (the last answer repeats).
+async fn stub_coordinator(script: Vec<&'static str>) -> (String, Arc<Mutex<Vec<String>>>) {
+    use axum::extract::{Path, State};
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(Mutex::new(script.into_iter().collect::<VecDeque<_>>()));
+    let state = (asked.clone(), script);
+    let app = axum::Router::new()
+        .route(
+            protocol::routes::TRANSACTION_DECISION,
+            axum::routing::get(
+                |State((asked, script)): State<StubState>, Path(id): Path<String>| async move {
+                    asked.lock().unwrap().push(id);
+                    let mut script = script.lock().unwrap();
+                    let answer = if script.len() > 1 {
+                        script.pop_front().unwrap()
+                    } else {
+                        script[0]
+                    };
+                    axum::Json(serde_json::json!({ "decision": answer }))
+                },
+            ),
+        )
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, asked)
+}
+
+async fn poll(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_doubt_asks_the_coordinator_and_obeys_after_pending() {
+    let (url, asked) = stub_coordinator(vec!["pending", "pending", "commit"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.coordinator_url = Some(url);
+    cfg.engine.in_doubt_after_ms = 50;
+    cfg.engine.decision_backoff_base_ms = 10;
+    cfg.engine.decision_backoff_max_ms = 40;
+    cfg.tick_ms = 5;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("the commit from the coordinator", || {
+        p.read(|t| t.applied) == 1
+    })
+    .await;
+    resolver.abort();
+    assert_eq!(p.read(|t| t.counts["a"]), 3);
+    assert!(p.prepared_list().is_empty());
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec!["t1", "t1", "t1"],
+        "asked until a decision, nothing more"
+    );
+    // The coordinator's own resend afterwards is a harmless duplicate.
+    p.commit(decision("t1", 1)).await.unwrap();
+    assert_eq!(p.read(|t| t.applied), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_answer_releases_and_no_answer_keeps_waiting() {
+    let (url, _asked) = stub_coordinator(vec!["abort"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.coordinator_url = Some(url);
+    cfg.engine.in_doubt_after_ms = 20;
+    cfg.tick_ms = 5;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("the abort", || p.read(|t| t.released) == 1).await;
+    resolver.abort();
+    assert_eq!(p.read(|t| t.counts.get("a").copied()), None);
+
+    // Without a coordinator URL it keeps asking nobody and never decides.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.engine.in_doubt_after_ms = 10;
+    cfg.engine.decision_backoff_base_ms = 5;
+    cfg.engine.decision_backoff_max_ms = 5;
+    cfg.tick_ms = 2;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("several decision attempts", || {
+        p.metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("twopc_participant_decision_queries_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n >= 5)
+    })
+    .await;
+    resolver.abort();
+    assert_eq!(p.prepared_list().len(), 1);
+    assert_eq!(p.read(|t| t.applied + t.released), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_traffic_recovers_to_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(config(&dir));
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            // Four hot keys: many prepares conflict and vote no; duplicates race the original.
+            let txid = format!("t{i}");
+            let key = format!("k{}", i % 4);
+            let (a, b) = tokio::join!(
+                p.prepare(prepare(&txid, 1, add(&key, 1))),
+                p.prepare(prepare(&txid, 1, add(&key, 1)))
+            );
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!(a, b, "a duplicate prepare answers the same vote");
+            match a {
+                Vote::Yes if i % 3 == 0 => p.abort(decision(&txid, 1)).await.unwrap(),
+                Vote::Yes => p.commit(decision(&txid, 1)).await.unwrap(),
+                Vote::No { .. } => p.abort(decision(&txid, 1)).await.unwrap(),
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let before = p.read(|t| t.clone());
+    assert!(before.applied > 0);
+    assert_eq!(before.counts.values().sum::<i64>(), before.applied as i64);
+    assert!(p.prepared_list().is_empty());
+    drop(p);
+    let p = open(config(&dir));
+    assert_eq!(p.read(|t| t.clone()), before);
+}
