@@ -1,11 +1,160 @@
-//! Command-line entry point. (Being built.)
+//! `twopc coordinator`: flags (which override the optional JSON config file), the tokio
+//! runtime, and the exit code. Defaults and exit codes are documented in docs/operations.md.
 
-/// Command-line arguments.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tracing::error;
+
+use crate::config::{ConfigError, FileConfig, parse_participant};
+use crate::server;
+
+/// Run a coordinator: the HTTP transaction API, two-phase commit and recovery.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to listen on [default: 127.0.0.1:7100].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Data directory (lock file and write-ahead log); created if absent.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A participant by name and base URL; repeat for each.
+    #[arg(long = "participant", value_name = "NAME=URL")]
+    pub participants: Vec<String>,
+    /// JSON config file with the same settings (snake_case keys); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Prepare-phase timeout when a request does not give one [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub prepare_timeout_ms: Option<u64>,
+    /// Timeout of one commit/abort delivery before it is retried [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub delivery_timeout_ms: Option<u64>,
+    /// First phase-two retry delay; doubles per failure, with jitter [default: 100].
+    #[arg(long, value_name = "MS")]
+    pub retry_base_ms: Option<u64>,
+    /// Cap on the phase-two retry delay; retries never stop [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub retry_max_ms: Option<u64>,
+    /// How often the log is checkpointed [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// How long ended transactions' outcomes are kept for retries [default: 86400000 = 24 h].
+    #[arg(long, value_name = "MS")]
+    pub retention_ms: Option<u64>,
+    /// Most ended outcomes kept, the oldest dropped first [default: 100000].
+    #[arg(long, value_name = "N")]
+    pub retained_max: Option<usize>,
+}
+
+fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
+    let base = match &args.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let mut participants = std::collections::BTreeMap::new();
+    for spec in &args.participants {
+        let (name, url) = parse_participant(spec)?;
+        participants.insert(name, url);
+    }
+    let flags = FileConfig {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        participants,
+        prepare_timeout_ms: args.prepare_timeout_ms,
+        delivery_timeout_ms: args.delivery_timeout_ms,
+        retry_base_ms: args.retry_base_ms,
+        retry_max_ms: args.retry_max_ms,
+        checkpoint_interval_ms: args.checkpoint_interval_ms,
+        retention_ms: args.retention_ms,
+        retained_max: args.retained_max,
+    };
+    base.overlay(flags).into_config()
+}
 
 /// Runs the service; returns the process exit code.
-pub fn main(_args: Args) -> std::process::ExitCode {
-    tracing::error!("not built yet");
-    std::process::ExitCode::FAILURE
+pub fn main(args: Args) -> ExitCode {
+    let config = match config_from(args) {
+        Ok(config) => config,
+        Err(e) => {
+            error!("bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            error!(error = %e, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(server::run(config, server::shutdown_signal()));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Args {
+        Wrapper::try_parse_from(std::iter::once("coordinator").chain(argv.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn flags_override_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("coordinator.json");
+        std::fs::write(
+            &file,
+            r#"{"data_dir": "/from/file", "listen": "127.0.0.1:7200", "prepare_timeout_ms": 700,
+                "participants": {"inventory": "http://127.0.0.1:7001"}}"#,
+        )
+        .unwrap();
+        let config = config_from(parse(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--data-dir",
+            "/from/flag",
+            "--participant",
+            "payments=http://127.0.0.1:7002",
+            "--retained-max",
+            "5",
+        ]))
+        .unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(config.listen.to_string(), "127.0.0.1:7200");
+        assert_eq!(config.prepare_timeout_ms, 700);
+        assert_eq!(config.retained_max, 5);
+        assert_eq!(config.participants.len(), 2);
+    }
+
+    #[test]
+    fn bad_usage_is_an_error_not_a_default() {
+        assert!(config_from(parse(&["--participant", "a=http://h:1"])).is_err());
+        assert!(config_from(parse(&["--data-dir", "/x", "--participant", "nonsense"])).is_err());
+        let missing = parse(&["--config", "/no/such/file.json"]);
+        assert!(matches!(
+            config_from(missing),
+            Err(ConfigError::Read { .. })
+        ));
+    }
 }

@@ -1,0 +1,120 @@
+//! The HTTP API (design 3.1): transactions for clients, the decision for participants in
+//! doubt, and health, readiness and metrics for operators.
+
+mod error;
+mod transactions;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use protocol::limits::BODY_BYTES_MAX;
+use protocol::{ErrorCode, routes};
+
+use crate::metrics::{Metrics, Sampled};
+use crate::runtime::Core;
+
+pub use error::ApiError;
+
+/// Every (method, path) the API serves; the OpenAPI document must list exactly these.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", routes::TRANSACTIONS),
+    ("get", routes::TRANSACTIONS),
+    ("get", routes::TRANSACTION),
+    ("get", routes::TRANSACTION_DECISION),
+    ("get", routes::HEALTHZ),
+    ("get", routes::READYZ),
+    ("get", routes::METRICS),
+];
+
+/// What the handlers share. The core appears once recovery finished; until then every route
+/// but `/healthz` and `/metrics` answers 503 `not_ready`.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    core: Arc<OnceLock<Arc<Core>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    pub fn new(metrics: Arc<Metrics>) -> AppState {
+        AppState {
+            core: Arc::new(OnceLock::new()),
+            metrics,
+        }
+    }
+
+    /// Recovery finished: start serving.
+    pub fn set_ready(&self, core: Arc<Core>) {
+        let _ = self.core.set(core);
+    }
+
+    pub fn core(&self) -> Result<&Arc<Core>, ApiError> {
+        self.core.get().ok_or_else(ApiError::not_ready)
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            routes::TRANSACTIONS,
+            get(transactions::list).post(transactions::create),
+        )
+        .route(routes::TRANSACTION, get(transactions::status))
+        .route(routes::TRANSACTION_DECISION, get(transactions::decision))
+        .route(routes::HEALTHZ, get(healthz))
+        .route(routes::READYZ, get(readyz))
+        .route(routes::METRICS, get(metrics))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(state)
+}
+
+async fn unknown_route() -> ApiError {
+    ApiError::new(ErrorCode::UnknownRoute, "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "this route does not take that method",
+    )
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    let core = state.core()?;
+    if core.is_poisoned() {
+        return Err(ApiError::log_failed());
+    }
+    Ok(axum::Json(serde_json::json!({"status": "ready"})))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let sampled = match state.core.get() {
+        Some(core) => Sampled {
+            ready: true,
+            log_poisoned: core.is_poisoned(),
+            log_bytes: core.log_bytes(),
+            epoch: core.identity().epoch.0,
+            gauges: core.gauges(),
+        },
+        None => Sampled::default(),
+    };
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(sampled),
+    )
+        .into_response()
+}

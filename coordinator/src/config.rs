@@ -1,0 +1,376 @@
+//! The coordinator's configuration: every field documented, every default in one place, and
+//! `validate` for what the types cannot say. The CLI and the optional JSON config file both fill
+//! a `Config`; flags override the file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use protocol::ParticipantName;
+use protocol::limits::{TIMEOUT_MS_MAX, TIMEOUT_MS_MIN};
+
+/// Defaults, documented in docs/operations.md.
+pub mod defaults {
+    pub const LISTEN: &str = "127.0.0.1:7100";
+    pub const PREPARE_TIMEOUT_MS: u64 = 5_000;
+    pub const DELIVERY_TIMEOUT_MS: u64 = 5_000;
+    pub const RETRY_BASE_MS: u64 = 100;
+    pub const RETRY_MAX_MS: u64 = 30_000;
+    pub const CHECKPOINT_INTERVAL_MS: u64 = 10_000;
+    /// 24 hours: how long a client may retry a request and get the recorded outcome.
+    pub const RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+    /// Most ended outcomes kept whatever the window: bounds memory (~1 KiB each) and the
+    /// checkpoint snapshot (~300 bytes each).
+    pub const RETAINED_MAX: usize = 100_000;
+}
+
+/// A checked configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// Holds `LOCK` and the log (`wal/`). Created if absent; its first use creates the
+    /// coordinator's identity.
+    pub data_dir: PathBuf,
+    /// Participants by name; the base URL is `http://host:port` (plain HTTP, no path).
+    pub participants: BTreeMap<ParticipantName, String>,
+    /// Prepare-phase timeout for requests that do not give `timeout_ms`.
+    pub prepare_timeout_ms: u64,
+    /// Timeout of one phase-two request (commit/abort) before it counts as failed and is retried.
+    pub delivery_timeout_ms: u64,
+    /// First phase-two retry delay; doubles per failure, with jitter.
+    pub retry_base_ms: u64,
+    /// Cap on the phase-two retry delay. Retries never stop.
+    pub retry_max_ms: u64,
+    /// How often live state is checkpointed so old log segments can be deleted.
+    pub checkpoint_interval_ms: u64,
+    /// How long ended transactions' outcomes are kept (idempotent retries, decision queries).
+    pub retention_ms: u64,
+    /// Most ended transactions' outcomes kept; the oldest go first.
+    pub retained_max: usize,
+    /// Whether the log fsyncs. Always `true` for the service; `false` only for benchmark
+    /// baselines, never from the command line.
+    pub fsync: bool,
+}
+
+/// Why a configuration is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("--data-dir (or \"data_dir\" in the config file) is required")]
+    NoDataDir,
+    #[error("no participants configured: give --participant NAME=URL at least once")]
+    NoParticipants,
+    #[error("participant {spec:?}: expected NAME=URL")]
+    ParticipantSyntax { spec: String },
+    #[error("participant name {name:?}: {source}")]
+    ParticipantName {
+        name: String,
+        source: protocol::IdError,
+    },
+    #[error(
+        "participant {name}: URL {url:?} must look like http://host:port (plain HTTP, no path)"
+    )]
+    ParticipantUrl { name: String, url: String },
+    #[error("listen address {0:?} is not HOST:PORT")]
+    Listen(String),
+    #[error("{field} is {value}; it must be between {min} and {max}")]
+    OutOfRange {
+        field: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+}
+
+/// The JSON config file: every field optional, unknown fields refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub participants: BTreeMap<String, String>,
+    pub prepare_timeout_ms: Option<u64>,
+    pub delivery_timeout_ms: Option<u64>,
+    pub retry_base_ms: Option<u64>,
+    pub retry_max_ms: Option<u64>,
+    pub checkpoint_interval_ms: Option<u64>,
+    pub retention_ms: Option<u64>,
+    pub retained_max: Option<usize>,
+}
+
+impl FileConfig {
+    pub fn load(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Lays `over` (the flags) on top of this file: a flag that is set wins; participants
+    /// given as flags replace or add to the file's by name.
+    pub fn overlay(mut self, over: FileConfig) -> FileConfig {
+        macro_rules! take {
+            ($($field:ident),*) => { $( if over.$field.is_some() { self.$field = over.$field; } )* };
+        }
+        take!(
+            listen,
+            data_dir,
+            prepare_timeout_ms,
+            delivery_timeout_ms,
+            retry_base_ms,
+            retry_max_ms,
+            checkpoint_interval_ms,
+            retention_ms,
+            retained_max
+        );
+        self.participants.extend(over.participants);
+        self
+    }
+
+    /// Applies defaults and checks everything.
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let listen_text = self.listen.unwrap_or_else(|| defaults::LISTEN.to_string());
+        let listen = listen_text
+            .parse()
+            .map_err(|_| ConfigError::Listen(listen_text.clone()))?;
+        let data_dir = self.data_dir.ok_or(ConfigError::NoDataDir)?;
+        let mut participants = BTreeMap::new();
+        for (name, url) in self.participants {
+            let parsed = ParticipantName::new(name.clone())
+                .map_err(|source| ConfigError::ParticipantName { name, source })?;
+            let url = check_url(&parsed, &url)?;
+            participants.insert(parsed, url);
+        }
+        if participants.is_empty() {
+            return Err(ConfigError::NoParticipants);
+        }
+        let config = Config {
+            listen,
+            data_dir,
+            participants,
+            prepare_timeout_ms: self
+                .prepare_timeout_ms
+                .unwrap_or(defaults::PREPARE_TIMEOUT_MS),
+            delivery_timeout_ms: self
+                .delivery_timeout_ms
+                .unwrap_or(defaults::DELIVERY_TIMEOUT_MS),
+            retry_base_ms: self.retry_base_ms.unwrap_or(defaults::RETRY_BASE_MS),
+            retry_max_ms: self.retry_max_ms.unwrap_or(defaults::RETRY_MAX_MS),
+            checkpoint_interval_ms: self
+                .checkpoint_interval_ms
+                .unwrap_or(defaults::CHECKPOINT_INTERVAL_MS),
+            retention_ms: self.retention_ms.unwrap_or(defaults::RETENTION_MS),
+            retained_max: self.retained_max.unwrap_or(defaults::RETAINED_MAX),
+            fsync: true,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Parses `NAME=URL`.
+pub fn parse_participant(spec: &str) -> Result<(String, String), ConfigError> {
+    match spec.split_once('=') {
+        Some((name, url)) if !name.is_empty() && !url.is_empty() => {
+            Ok((name.to_string(), url.to_string()))
+        }
+        _ => Err(ConfigError::ParticipantSyntax {
+            spec: spec.to_string(),
+        }),
+    }
+}
+
+fn check_url(name: &ParticipantName, url: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::ParticipantUrl {
+        name: name.to_string(),
+        url: url.to_string(),
+    };
+    let trimmed = url.trim_end_matches('/');
+    let rest = trimmed.strip_prefix("http://").ok_or_else(bad)?;
+    let ok = !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@', ' '])
+        && rest.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+        });
+    if ok {
+        Ok(trimmed.to_string())
+    } else {
+        Err(bad())
+    }
+}
+
+fn range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            field,
+            value,
+            min,
+            max,
+        })
+    }
+}
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+/// Above this a snapshot could outgrow the WAL's snapshot limit (1 GiB).
+const RETAINED_MAX_LIMIT: u64 = 2_000_000;
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        range(
+            "prepare_timeout_ms",
+            self.prepare_timeout_ms,
+            TIMEOUT_MS_MIN,
+            TIMEOUT_MS_MAX,
+        )?;
+        range("delivery_timeout_ms", self.delivery_timeout_ms, 1, 600_000)?;
+        range("retry_base_ms", self.retry_base_ms, 1, 600_000)?;
+        range(
+            "retry_max_ms",
+            self.retry_max_ms,
+            self.retry_base_ms,
+            3_600_000,
+        )?;
+        range(
+            "checkpoint_interval_ms",
+            self.checkpoint_interval_ms,
+            10,
+            DAY_MS,
+        )?;
+        range("retention_ms", self.retention_ms, 0, 365 * DAY_MS)?;
+        range(
+            "retained_max",
+            self.retained_max as u64,
+            0,
+            RETAINED_MAX_LIMIT,
+        )?;
+        Ok(())
+    }
+
+    /// A configuration for tests and benchmarks: defaults, given participants and directory.
+    pub fn for_tests(data_dir: PathBuf, participants: BTreeMap<ParticipantName, String>) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            participants,
+            prepare_timeout_ms: defaults::PREPARE_TIMEOUT_MS,
+            delivery_timeout_ms: defaults::DELIVERY_TIMEOUT_MS,
+            retry_base_ms: defaults::RETRY_BASE_MS,
+            retry_max_ms: defaults::RETRY_MAX_MS,
+            checkpoint_interval_ms: defaults::CHECKPOINT_INTERVAL_MS,
+            retention_ms: defaults::RETENTION_MS,
+            retained_max: defaults::RETAINED_MAX,
+            fsync: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(json: &str) -> FileConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn defaults_fill_what_is_missing() {
+        let config = file(r#"{"data_dir": "/tmp/x", "participants": {"a": "http://127.0.0.1:9"}}"#)
+            .into_config()
+            .unwrap();
+        assert_eq!(config.listen.to_string(), defaults::LISTEN);
+        assert_eq!(config.prepare_timeout_ms, defaults::PREPARE_TIMEOUT_MS);
+        assert_eq!(config.retention_ms, defaults::RETENTION_MS);
+        assert!(config.fsync);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let base = file(
+            r#"{"data_dir": "/a", "prepare_timeout_ms": 10, "participants": {"a": "http://h:1", "b": "http://h:2"}}"#,
+        );
+        let flags = FileConfig {
+            data_dir: Some("/b".into()),
+            participants: [("b".to_string(), "http://h:3".to_string())].into(),
+            ..FileConfig::default()
+        };
+        let config = base.overlay(flags).into_config().unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/b"));
+        assert_eq!(config.prepare_timeout_ms, 10);
+        let b = ParticipantName::new("b").unwrap();
+        assert_eq!(config.participants[&b], "http://h:3");
+        assert_eq!(config.participants.len(), 2);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_reason() {
+        let cases = [
+            (r#"{"participants": {"a": "http://h:1"}}"#, "data-dir"),
+            (r#"{"data_dir": "/x"}"#, "no participants"),
+            (
+                r#"{"data_dir": "/x", "participants": {"a b": "http://h:1"}}"#,
+                "participant name",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "https://h:1"}}"#,
+                "http://host:port",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1/path"}}"#,
+                "http://host:port",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h"}}"#,
+                "http://host:port",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "prepare_timeout_ms": 0}"#,
+                "prepare_timeout_ms",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "retry_base_ms": 500, "retry_max_ms": 100}"#,
+                "retry_max_ms",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "listen": "nope"}"#,
+                "listen",
+            ),
+        ];
+        for (json, needle) in cases {
+            let err = file(json).into_config().unwrap_err().to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+        assert!(serde_json::from_str::<FileConfig>(r#"{"bogus": 1}"#).is_err());
+        assert!(parse_participant("noequals").is_err());
+        assert_eq!(
+            parse_participant("a=http://h:1").unwrap(),
+            ("a".to_string(), "http://h:1".to_string())
+        );
+    }
+
+    #[test]
+    fn trailing_slash_is_trimmed() {
+        let config = file(r#"{"data_dir": "/x", "participants": {"a": "http://h:1/"}}"#)
+            .into_config()
+            .unwrap();
+        assert_eq!(config.participants.values().next().unwrap(), "http://h:1");
+    }
+}

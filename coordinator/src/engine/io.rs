@@ -1,0 +1,117 @@
+//! The engine's inputs (events) and outputs (commands). Time and randomness arrive as event
+//! data, so the same events always give the same commands.
+
+use protocol::{Decision, ParticipantName, TransactionResponse, TxId, VoteKind};
+
+use crate::digest::Digest;
+use crate::records::{DecisionRecord, LogRecord};
+
+/// Names a client request waiting for an answer; the runtime maps it to a channel.
+pub type WaiterId = u64;
+
+/// What a client waits for before it hears back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// The outcome is durable (the default).
+    Decision,
+    /// The outcome is durable and every participant acknowledged it (`?wait=acked`).
+    Acked,
+}
+
+/// Something that happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A valid client request (shape checked, participants known to the configuration).
+    Submit {
+        waiter: WaiterId,
+        wait: WaitFor,
+        txid: TxId,
+        digest: Digest,
+        participants: Vec<(ParticipantName, serde_json::Value)>,
+        timeout_ms: u64,
+        now_ms: u64,
+    },
+    /// A participant answered a prepare, or the runtime stands in for an answer that was not a
+    /// vote (`Timeout` for no answer in time, `Error` for transport errors, non-200 or malformed).
+    VoteReceived {
+        txid: TxId,
+        participant: ParticipantName,
+        vote: VoteKind,
+        reason: Option<String>,
+        now_ms: u64,
+    },
+    /// The prepare deadline of a transaction passed.
+    PrepareDeadline { txid: TxId, now_ms: u64 },
+    /// The decision record is durable.
+    DecisionDurable { txid: TxId },
+    /// The decision record could not be made durable: the log is poisoned.
+    DecisionFailed { txid: TxId, error: String },
+    /// A participant acknowledged the decision.
+    Acked {
+        txid: TxId,
+        participant: ParticipantName,
+        now_ms: u64,
+    },
+    /// A phase-two delivery failed; `jitter` is a random number the runtime drew.
+    DeliveryFailed {
+        txid: TxId,
+        participant: ParticipantName,
+        error: String,
+        jitter: u64,
+    },
+    /// A phase-two retry timer fired.
+    RetryDue {
+        txid: TxId,
+        participant: ParticipantName,
+    },
+    /// Recovery replayed the log and the new epoch is durable: finish what the last run left.
+    RecoveryDone { now_ms: u64 },
+    /// Forget ended outcomes older than the retention window.
+    ExpireRetained { now_ms: u64, retention_ms: u64 },
+}
+
+/// What the engine asks the runtime to do, in this order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Append without waiting for fsync (Begin, Ack, End): losing it is harmless.
+    AppendLazy(LogRecord),
+    /// Append and fsync the decision; answer with `DecisionDurable` or `DecisionFailed`.
+    /// Nothing that depends on the decision happens before that answer.
+    AppendDecision(DecisionRecord),
+    SendPrepare {
+        txid: TxId,
+        participant: ParticipantName,
+        payload: serde_json::Value,
+        timeout_ms: u64,
+    },
+    /// Send `PrepareDeadline` after this long.
+    ArmPrepareDeadline { txid: TxId, after_ms: u64 },
+    SendDecision {
+        txid: TxId,
+        participant: ParticipantName,
+        decision: Decision,
+        attempt: u32,
+    },
+    /// Send `RetryDue` after this long.
+    ArmRetry {
+        txid: TxId,
+        participant: ParticipantName,
+        after_ms: u64,
+    },
+    /// Answer a waiting client.
+    Reply { waiter: WaiterId, reply: Reply },
+}
+
+/// The answer a waiting client gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Outcome(TransactionResponse),
+    /// The id is known with another request body.
+    Conflict {
+        txid: TxId,
+    },
+    /// The decision could not be logged; the outcome is unknown to the client.
+    LogFailed {
+        error: String,
+    },
+}

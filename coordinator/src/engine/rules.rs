@@ -1,0 +1,65 @@
+//! The decision rule (a pure function of the votes) and the phase-two delivery bookkeeping
+//! that the engine's transitions share.
+
+use protocol::{Decision, TxId, VoteKind};
+
+use crate::engine::io::Command;
+use crate::engine::tx::{Decided, Delivery, Part, Phase, Tx};
+
+/// The decision rule, applied once every vote is in or the deadline passed. Commit only if
+/// every participant voted yes; everything else aborts, with the first reason.
+pub fn decide(tx: &mut Tx, now_ms: u64) -> Vec<Command> {
+    let all_yes = tx.parts.iter().all(|p| p.vote == Some(VoteKind::Yes));
+    let decided = Decided {
+        decision: if all_yes {
+            Decision::Commit
+        } else {
+            Decision::Abort
+        },
+        reason: if all_yes {
+            None
+        } else {
+            tx.parts.iter().find_map(abort_reason)
+        },
+        decided_at_ms: now_ms,
+    };
+    let record = tx.decision_record(&decided);
+    tx.phase = Phase::Deciding(decided);
+    vec![Command::AppendDecision(record)]
+}
+
+fn abort_reason(part: &Part) -> Option<String> {
+    let name = &part.name;
+    let detail = part
+        .reason
+        .as_deref()
+        .filter(|r| !r.is_empty())
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    match part.vote {
+        Some(VoteKind::Yes) => None,
+        Some(VoteKind::No) => Some(format!("{name} voted no{detail}")),
+        Some(VoteKind::Timeout) | None => Some(format!("{name} did not vote in time")),
+        Some(VoteKind::Error) => Some(format!("{name} did not answer with a vote{detail}")),
+    }
+}
+
+pub fn send_decisions(tx: &mut Tx, decision: Decision) -> Vec<Command> {
+    let txid = tx.id.clone();
+    tx.parts
+        .iter_mut()
+        .filter(|p| !p.acked && p.delivery == Delivery::Idle)
+        .map(|part| start_delivery(&txid, part, decision))
+        .collect()
+}
+
+pub fn start_delivery(txid: &TxId, part: &mut Part, decision: Decision) -> Command {
+    part.delivery = Delivery::InFlight;
+    part.attempts = part.attempts.saturating_add(1);
+    Command::SendDecision {
+        txid: txid.clone(),
+        participant: part.name.clone(),
+        decision,
+        attempt: part.attempts,
+    }
+}

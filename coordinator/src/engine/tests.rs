@@ -1,0 +1,757 @@
+//! Table-driven engine tests: each case feeds events and asserts the exact commands of the
+//! last one. The cases named `mistake_*` are the seeds' "common implementation mistakes" that
+//! apply to a coordinator, each written so that an engine making that mistake fails it.
+
+use protocol::{
+    Decision, DecisionStatus, Outcome, ParticipantName, ParticipantResult, TransactionResponse,
+    TransactionState, TxId, VoteKind,
+};
+use serde_json::json;
+
+use super::*;
+use crate::digest::Digest;
+use crate::records::{DecisionRecord, EndRecord, EpochRecord};
+
+const CONFIG: EngineConfig = EngineConfig {
+    retry_base_ms: 100,
+    retry_max_ms: 1000,
+    retained_max: 1000,
+};
+
+fn id(s: &str) -> TxId {
+    TxId::new(s).unwrap()
+}
+fn name(s: &str) -> ParticipantName {
+    ParticipantName::new(s).unwrap()
+}
+
+fn submit_as(waiter: WaiterId, wait: WaitFor, digest: u128) -> Event {
+    Event::Submit {
+        waiter,
+        wait,
+        txid: id("t"),
+        digest: Digest(digest),
+        participants: vec![(name("a"), json!({"pa": 1})), (name("b"), json!({"pb": 2}))],
+        timeout_ms: 500,
+        now_ms: 1000,
+    }
+}
+fn submit() -> Event {
+    submit_as(1, WaitFor::Decision, 7)
+}
+fn vote(p: &str, vote: VoteKind) -> Event {
+    Event::VoteReceived {
+        txid: id("t"),
+        participant: name(p),
+        vote,
+        reason: (vote != VoteKind::Yes).then(|| "because".to_string()),
+        now_ms: 1100,
+    }
+}
+fn durable() -> Event {
+    Event::DecisionDurable { txid: id("t") }
+}
+fn ack(p: &str) -> Event {
+    Event::Acked {
+        txid: id("t"),
+        participant: name(p),
+        now_ms: 1200,
+    }
+}
+fn failed(p: &str, jitter: u64) -> Event {
+    Event::DeliveryFailed {
+        txid: id("t"),
+        participant: name(p),
+        error: "connection refused".into(),
+        jitter,
+    }
+}
+fn retry(p: &str) -> Event {
+    Event::RetryDue {
+        txid: id("t"),
+        participant: name(p),
+    }
+}
+fn deadline() -> Event {
+    Event::PrepareDeadline {
+        txid: id("t"),
+        now_ms: 1500,
+    }
+}
+
+fn decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> DecisionRecord {
+    DecisionRecord {
+        txid: id("t"),
+        digest: Digest(7),
+        decision: d,
+        reason: reason.map(str::to_string),
+        votes: vec![(name("a"), votes[0]), (name("b"), votes[1])],
+        created_at_ms: 1000,
+        decided_at_ms: at,
+    }
+}
+fn append_decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> Command {
+    Command::AppendDecision(decision(d, votes, reason, at))
+}
+fn send(p: &str, d: Decision, attempt: u32) -> Command {
+    Command::SendDecision {
+        txid: id("t"),
+        participant: name(p),
+        decision: d,
+        attempt,
+    }
+}
+fn outcome(waiter: WaiterId, o: Outcome, votes: [VoteKind; 2], acked: [bool; 2]) -> Command {
+    let reason = match o {
+        Outcome::Committed => None,
+        Outcome::Aborted => Some("b voted no: because".to_string()),
+    };
+    Command::Reply {
+        waiter,
+        reply: Reply::Outcome(TransactionResponse {
+            id: id("t"),
+            outcome: o,
+            reason,
+            participants: vec![
+                ParticipantResult {
+                    name: name("a"),
+                    vote: votes[0],
+                    acked: acked[0],
+                },
+                ParticipantResult {
+                    name: name("b"),
+                    vote: votes[1],
+                    acked: acked[1],
+                },
+            ],
+        }),
+    }
+}
+fn ack_record(p: &str) -> Command {
+    Command::AppendLazy(LogRecord::Ack(AckRecord {
+        txid: id("t"),
+        participant: name(p),
+    }))
+}
+fn end_record() -> Command {
+    Command::AppendLazy(LogRecord::End(EndRecord {
+        txid: id("t"),
+        ended_at_ms: 1200,
+    }))
+}
+
+use VoteKind::{Error as Err_, No, Timeout, Yes};
+const COMMIT: Decision = Decision::Commit;
+const ABORT: Decision = Decision::Abort;
+
+/// Feeds `events` in order to a fresh engine and returns the commands of the last one.
+fn last_commands(events: Vec<Event>) -> (Engine, Vec<Command>) {
+    let mut engine = Engine::new(CONFIG);
+    let mut last = Vec::new();
+    for event in events {
+        last = engine.step(event);
+    }
+    (engine, last)
+}
+
+fn committed_and_durable() -> Vec<Event> {
+    vec![submit(), vote("a", Yes), vote("b", Yes), durable()]
+}
+
+fn with(mut base: Vec<Event>, more: impl IntoIterator<Item = Event>) -> Vec<Event> {
+    base.extend(more);
+    base
+}
+
+#[test]
+fn each_event_in_each_state_gives_exactly_these_commands() {
+    let cases: Vec<(&str, Vec<Event>, Vec<Command>)> = vec![
+        (
+            "submit logs begin lazily, prepares everyone in parallel, arms the deadline",
+            vec![submit()],
+            vec![
+                Command::AppendLazy(LogRecord::Begin(crate::records::BeginRecord {
+                    txid: id("t"),
+                    digest: Digest(7),
+                    participants: vec![name("a"), name("b")],
+                    created_at_ms: 1000,
+                })),
+                Command::SendPrepare {
+                    txid: id("t"),
+                    participant: name("a"),
+                    payload: json!({"pa": 1}),
+                    timeout_ms: 500,
+                },
+                Command::SendPrepare {
+                    txid: id("t"),
+                    participant: name("b"),
+                    payload: json!({"pb": 2}),
+                    timeout_ms: 500,
+                },
+                Command::ArmPrepareDeadline {
+                    txid: id("t"),
+                    after_ms: 500,
+                },
+            ],
+        ),
+        (
+            "mistake_partial_votes: one yes of two decides nothing",
+            vec![submit(), vote("a", Yes)],
+            vec![],
+        ),
+        (
+            "all yes: the commit decision is logged (forced), nothing is sent yet",
+            vec![submit(), vote("a", Yes), vote("b", Yes)],
+            vec![append_decision(COMMIT, [Yes, Yes], None, 1100)],
+        ),
+        (
+            "one no: abort, with the participant's reason",
+            vec![submit(), vote("a", Yes), vote("b", No)],
+            vec![append_decision(
+                ABORT,
+                [Yes, No],
+                Some("b voted no: because"),
+                1100,
+            )],
+        ),
+        (
+            "mistake_timeout_as_neutral: a deadline with a vote missing aborts",
+            vec![submit(), vote("a", Yes), deadline()],
+            vec![append_decision(
+                ABORT,
+                [Yes, Timeout],
+                Some("b did not vote in time"),
+                1500,
+            )],
+        ),
+        (
+            "mistake_timeout_as_neutral: a timed-out prepare counts as no even if the rest said yes",
+            vec![submit(), vote("a", Yes), vote("b", Timeout)],
+            vec![append_decision(
+                ABORT,
+                [Yes, Timeout],
+                Some("b did not vote in time"),
+                1100,
+            )],
+        ),
+        (
+            "a malformed vote (error) aborts",
+            vec![submit(), vote("a", Err_), vote("b", Yes)],
+            vec![append_decision(
+                ABORT,
+                [Err_, Yes],
+                Some("a did not answer with a vote: because"),
+                1100,
+            )],
+        ),
+        (
+            "mistake_duplicate_vote: the same yes twice does not stand in for the other vote",
+            vec![submit(), vote("a", Yes), vote("a", Yes)],
+            vec![],
+        ),
+        (
+            "a duplicate vote cannot replace the first one",
+            vec![submit(), vote("a", No), vote("a", Yes), vote("b", Yes)],
+            vec![append_decision(
+                ABORT,
+                [No, Yes],
+                Some("a voted no: because"),
+                1100,
+            )],
+        ),
+        (
+            "a vote from a participant not in the transaction is ignored",
+            vec![submit(), vote("a", Yes), vote("zz", Yes)],
+            vec![],
+        ),
+        (
+            "a late vote after the decision changes nothing",
+            vec![submit(), vote("a", Yes), deadline(), vote("b", Yes)],
+            vec![],
+        ),
+        (
+            "the deadline after the decision changes nothing",
+            vec![submit(), vote("a", Yes), vote("b", Yes), deadline()],
+            vec![],
+        ),
+        (
+            "decision durable: the client hears, then phase two goes to everyone",
+            committed_and_durable(),
+            vec![
+                outcome(1, Outcome::Committed, [Yes, Yes], [false, false]),
+                send("a", COMMIT, 1),
+                send("b", COMMIT, 1),
+            ],
+        ),
+        (
+            "no phase-two message and no ack handling before the decision is durable",
+            vec![submit(), vote("a", Yes), vote("b", Yes), ack("a")],
+            vec![],
+        ),
+        (
+            "a retry timer before the decision is durable sends nothing",
+            vec![submit(), vote("a", Yes), vote("b", Yes), retry("a")],
+            vec![],
+        ),
+        (
+            "first ack: logged lazily",
+            with(committed_and_durable(), [ack("a")]),
+            vec![ack_record("a")],
+        ),
+        (
+            "mistake_duplicate_ack: a second ack from the same participant is not counted",
+            with(committed_and_durable(), [ack("a"), ack("a")]),
+            vec![],
+        ),
+        (
+            "last ack: only End is logged (lazily); it implies every ack",
+            with(committed_and_durable(), [ack("a"), ack("b")]),
+            vec![end_record()],
+        ),
+        (
+            "a failed delivery arms a retry with backoff (attempt 1: 50..=100 ms)",
+            with(committed_and_durable(), [failed("a", 0)]),
+            vec![Command::ArmRetry {
+                txid: id("t"),
+                participant: name("a"),
+                after_ms: 50,
+            }],
+        ),
+        (
+            "the retry timer resends, counting the attempt",
+            with(committed_and_durable(), [failed("a", 0), retry("a")]),
+            vec![send("a", COMMIT, 2)],
+        ),
+        (
+            "the second failure backs off further (attempt 2: 100..=200 ms, jitter 100 gives 200)",
+            with(
+                committed_and_durable(),
+                [failed("a", 0), retry("a"), failed("a", 100)],
+            ),
+            vec![Command::ArmRetry {
+                txid: id("t"),
+                participant: name("a"),
+                after_ms: 200,
+            }],
+        ),
+        (
+            "a stray retry timer while a delivery is in flight does not start a second one",
+            with(committed_and_durable(), [retry("a")]),
+            vec![],
+        ),
+        (
+            "a failure reported after the ack changes nothing",
+            with(committed_and_durable(), [ack("a"), failed("a", 0)]),
+            vec![],
+        ),
+        (
+            "mistake_duplicate_id: the same request again while preparing joins, never re-prepares",
+            vec![submit(), submit_as(2, WaitFor::Decision, 7)],
+            vec![],
+        ),
+        (
+            "the same id with another body is a conflict",
+            vec![submit(), submit_as(2, WaitFor::Decision, 8)],
+            vec![Command::Reply {
+                waiter: 2,
+                reply: Reply::Conflict { txid: id("t") },
+            }],
+        ),
+        (
+            "both waiters of a duplicated request hear the one outcome",
+            vec![
+                submit(),
+                submit_as(2, WaitFor::Decision, 7),
+                vote("a", Yes),
+                vote("b", Yes),
+                durable(),
+            ],
+            vec![
+                outcome(1, Outcome::Committed, [Yes, Yes], [false, false]),
+                outcome(2, Outcome::Committed, [Yes, Yes], [false, false]),
+                send("a", COMMIT, 1),
+                send("b", COMMIT, 1),
+            ],
+        ),
+        (
+            "a retry after the decision answers at once with the recorded outcome",
+            with(
+                committed_and_durable(),
+                [submit_as(3, WaitFor::Decision, 7)],
+            ),
+            vec![outcome(3, Outcome::Committed, [Yes, Yes], [false, false])],
+        ),
+        (
+            "a retry after the end answers from the retained outcome",
+            with(
+                committed_and_durable(),
+                [ack("a"), ack("b"), submit_as(4, WaitFor::Decision, 7)],
+            ),
+            vec![outcome(4, Outcome::Committed, [Yes, Yes], [true, true])],
+        ),
+        (
+            "a different body after the end is still a conflict",
+            with(
+                committed_and_durable(),
+                [ack("a"), ack("b"), submit_as(4, WaitFor::Decision, 9)],
+            ),
+            vec![Command::Reply {
+                waiter: 4,
+                reply: Reply::Conflict { txid: id("t") },
+            }],
+        ),
+        (
+            "wait=acked: nobody hears at the decision...",
+            vec![
+                submit_as(1, WaitFor::Acked, 7),
+                vote("a", Yes),
+                vote("b", Yes),
+                durable(),
+            ],
+            vec![send("a", COMMIT, 1), send("b", COMMIT, 1)],
+        ),
+        (
+            "...and the client hears at the last ack, with every ack true",
+            vec![
+                submit_as(1, WaitFor::Acked, 7),
+                vote("a", Yes),
+                vote("b", Yes),
+                durable(),
+                ack("b"),
+                ack("a"),
+            ],
+            vec![
+                end_record(),
+                outcome(1, Outcome::Committed, [Yes, Yes], [true, true]),
+            ],
+        ),
+        (
+            "a decision that cannot be logged answers log_failed",
+            vec![
+                submit(),
+                vote("a", Yes),
+                vote("b", Yes),
+                Event::DecisionFailed {
+                    txid: id("t"),
+                    error: "fsync failed".into(),
+                },
+            ],
+            vec![Command::Reply {
+                waiter: 1,
+                reply: Reply::LogFailed {
+                    error: "fsync failed".into(),
+                },
+            }],
+        ),
+        (
+            "after a failed decision log, a durable notice is ignored (nothing is sent)",
+            vec![
+                submit(),
+                vote("a", Yes),
+                vote("b", Yes),
+                Event::DecisionFailed {
+                    txid: id("t"),
+                    error: "fsync failed".into(),
+                },
+                durable(),
+            ],
+            vec![],
+        ),
+    ];
+    for (what, events, expected) in cases {
+        let (_, got) = last_commands(events);
+        assert_eq!(got, expected, "case: {what}");
+    }
+}
+
+#[test]
+fn abort_outcome_reaches_client_and_participants() {
+    let (engine, got) = last_commands(vec![submit(), vote("a", Yes), vote("b", No), durable()]);
+    assert_eq!(
+        got,
+        vec![
+            outcome(1, Outcome::Aborted, [Yes, No], [false, false]),
+            send("a", ABORT, 1),
+            send("b", ABORT, 1),
+        ]
+    );
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    let status = engine.status(&id("t")).unwrap();
+    assert_eq!(status.state, TransactionState::Aborting);
+}
+
+#[test]
+fn decision_query_is_pending_until_durable_and_presumes_abort_for_unknown_ids() {
+    let mut engine = Engine::new(CONFIG);
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    engine.step(submit());
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    engine.step(vote("a", Yes));
+    engine.step(vote("b", Yes));
+    // Decided but not durable: a participant must not hear commit yet.
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    engine.step(durable());
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Commit);
+    engine.step(ack("a"));
+    engine.step(ack("b"));
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Commit);
+    assert_eq!(
+        engine.status(&id("t")).unwrap().state,
+        TransactionState::Committed
+    );
+}
+
+#[test]
+fn pending_acks_and_attempts_are_visible() {
+    let (engine, _) = last_commands(with(
+        committed_and_durable(),
+        [ack("a"), failed("b", 0), retry("b"), failed("b", 0)],
+    ));
+    assert_eq!(engine.gauges().pending_acks, 1);
+    assert_eq!(engine.gauges().committing, 1);
+    assert_eq!(engine.retrying(), 1);
+    let status = engine.status(&id("t")).unwrap();
+    let b = &status.participants[1];
+    assert_eq!((b.acked, b.attempts), (false, 2));
+    assert_eq!(b.last_error.as_deref(), Some("connection refused"));
+    let stuck = engine.list(Some(TransactionState::Committing), 10);
+    assert_eq!(stuck.len(), 1);
+    assert!(
+        engine
+            .list(Some(TransactionState::Preparing), 10)
+            .is_empty()
+    );
+}
+
+#[test]
+fn retained_outcomes_expire_after_the_window() {
+    let (mut engine, _) = last_commands(with(committed_and_durable(), [ack("a"), ack("b")]));
+    engine.step(Event::ExpireRetained {
+        now_ms: 1200 + 999,
+        retention_ms: 1000,
+    });
+    assert!(engine.status(&id("t")).is_some());
+    engine.step(Event::ExpireRetained {
+        now_ms: 1200 + 1000,
+        retention_ms: 1000,
+    });
+    assert!(engine.status(&id("t")).is_none());
+}
+
+fn identity() -> EpochRecord {
+    EpochRecord {
+        coordinator_id: protocol::CoordinatorId::new("c-1").unwrap(),
+        epoch: protocol::Epoch(1),
+    }
+}
+
+#[test]
+fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
+    let begun = LogRecord::Begin(crate::records::BeginRecord {
+        txid: id("t"),
+        digest: Digest(7),
+        participants: vec![name("a"), name("b")],
+        created_at_ms: 1000,
+    });
+    let committed = LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100));
+    let acked_a = LogRecord::Ack(AckRecord {
+        txid: id("t"),
+        participant: name("a"),
+    });
+    let acked_b = LogRecord::Ack(AckRecord {
+        txid: id("t"),
+        participant: name("b"),
+    });
+    let cases: Vec<(&str, Vec<LogRecord>, Vec<Command>)> = vec![
+        (
+            "begun, never decided: abort is logged first; sends wait for it to be durable",
+            vec![begun.clone()],
+            vec![append_decision(
+                ABORT,
+                [Timeout, Timeout],
+                Some("the coordinator restarted before deciding"),
+                5000,
+            )],
+        ),
+        (
+            "decided, nobody acked: resend to everyone",
+            vec![begun.clone(), committed.clone()],
+            vec![send("a", COMMIT, 1), send("b", COMMIT, 1)],
+        ),
+        (
+            "decided, one acked: resend only to the other",
+            vec![begun.clone(), committed.clone(), acked_a.clone()],
+            vec![send("b", COMMIT, 1)],
+        ),
+        (
+            "all acked, end not logged: just end it",
+            vec![begun.clone(), committed.clone(), acked_a.clone(), acked_b],
+            vec![Command::AppendLazy(LogRecord::End(EndRecord {
+                txid: id("t"),
+                ended_at_ms: 5000,
+            }))],
+        ),
+        (
+            "ended: nothing to do",
+            vec![
+                begun,
+                committed,
+                acked_a,
+                LogRecord::End(EndRecord {
+                    txid: id("t"),
+                    ended_at_ms: 1300,
+                }),
+            ],
+            vec![],
+        ),
+    ];
+    for (what, records, expected) in cases {
+        let mut replayed = Engine::replay(CONFIG, None, records.clone());
+        assert_eq!(
+            replayed.engine.step(Event::RecoveryDone { now_ms: 5000 }),
+            expected,
+            "case: {what}"
+        );
+        // A crash during recovery: the same log replayed again gives the same work.
+        let mut again = Engine::replay(CONFIG, None, records);
+        assert_eq!(
+            again.engine.step(Event::RecoveryDone { now_ms: 5000 }),
+            expected,
+            "again: {what}"
+        );
+    }
+}
+
+#[test]
+fn recovered_abort_then_durable_sends_abort_to_everyone() {
+    let begun = LogRecord::Begin(crate::records::BeginRecord {
+        txid: id("t"),
+        digest: Digest(7),
+        participants: vec![name("a"), name("b")],
+        created_at_ms: 1000,
+    });
+    let mut engine = Engine::replay(CONFIG, None, [begun]).engine;
+    engine.step(Event::RecoveryDone { now_ms: 5000 });
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    assert_eq!(
+        engine.step(durable()),
+        vec![send("a", ABORT, 1), send("b", ABORT, 1)]
+    );
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+}
+
+#[test]
+fn retried_request_after_restart_gets_the_recorded_outcome_or_conflict() {
+    let records = vec![
+        LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100)),
+        LogRecord::End(EndRecord {
+            txid: id("t"),
+            ended_at_ms: 1300,
+        }),
+    ];
+    let mut engine = Engine::replay(CONFIG, None, records).engine;
+    assert_eq!(
+        engine.step(submit_as(9, WaitFor::Decision, 7)),
+        vec![outcome(9, Outcome::Committed, [Yes, Yes], [true, true])]
+    );
+    assert_eq!(
+        engine.step(submit_as(10, WaitFor::Decision, 8)),
+        vec![Command::Reply {
+            waiter: 10,
+            reply: Reply::Conflict { txid: id("t") }
+        }]
+    );
+}
+
+#[test]
+fn snapshot_then_replay_keeps_every_view() {
+    let mut engine = Engine::new(CONFIG);
+    let empty = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
+    assert_eq!(empty, engine.snapshot(identity()));
+    // t: committed, a acked; u: preparing; v: decided not yet durable; w: ended.
+    for event in with(committed_and_durable(), [ack("a")]) {
+        engine.step(event);
+    }
+    let other = |txid: &str| Event::Submit {
+        waiter: 5,
+        wait: WaitFor::Decision,
+        txid: id(txid),
+        digest: Digest(1),
+        participants: vec![(name("a"), json!(null))],
+        timeout_ms: 100,
+        now_ms: 2000,
+    };
+    let yes = |txid: &str| Event::VoteReceived {
+        txid: id(txid),
+        participant: name("a"),
+        vote: Yes,
+        reason: None,
+        now_ms: 2001,
+    };
+    engine.step(other("u"));
+    engine.step(other("v"));
+    engine.step(yes("v"));
+    engine.step(other("w"));
+    engine.step(yes("w"));
+    engine.step(Event::DecisionDurable { txid: id("w") });
+    engine.step(Event::Acked {
+        txid: id("w"),
+        participant: name("a"),
+        now_ms: 2002,
+    });
+
+    let snapshot = engine.snapshot(identity());
+    // The fast encoding used by checkpoints decodes to the same snapshot.
+    let fast = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
+    assert_eq!(fast, snapshot);
+    assert_eq!(fast.retained.len(), 1);
+    let replayed = Engine::replay(CONFIG, Some(snapshot.clone()), []);
+    assert_eq!(replayed.identity, Some(identity()));
+    let mut restored = replayed.engine;
+    assert_eq!(restored.snapshot(identity()), snapshot);
+    for txid in ["t", "u", "w"] {
+        assert_eq!(
+            restored.decision_query(&id(txid)),
+            engine.decision_query(&id(txid)),
+            "{txid}"
+        );
+    }
+    // v's decision was submitted before the checkpoint, so it is durable whenever the
+    // checkpoint is: the restored table treats it as decided.
+    assert_eq!(restored.decision_query(&id("v")), DecisionStatus::Commit);
+    let resent = restored.step(Event::RecoveryDone { now_ms: 3000 });
+    assert!(resent.contains(&send("b", COMMIT, 1)), "{resent:?}");
+    assert!(!resent.contains(&send("a", COMMIT, 1)), "{resent:?}");
+    assert!(resent.iter().any(|c| matches!(c,
+        Command::AppendDecision(d) if d.txid == id("u") && d.decision == Decision::Abort)));
+}
+
+#[test]
+fn replay_lets_a_reused_id_supersede_the_ended_one() {
+    // "t" committed and ended, was dropped from memory (retained_max), and the id was used
+    // again for a transaction that aborted; no checkpoint in between.
+    let records = vec![
+        LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100)),
+        LogRecord::End(EndRecord {
+            txid: id("t"),
+            ended_at_ms: 1300,
+        }),
+        LogRecord::Begin(crate::records::BeginRecord {
+            txid: id("t"),
+            digest: Digest(8),
+            participants: vec![name("a"), name("b")],
+            created_at_ms: 2000,
+        }),
+        LogRecord::Decision(DecisionRecord {
+            digest: Digest(8),
+            created_at_ms: 2000,
+            ..decision(ABORT, [Yes, No], Some("b voted no: because"), 2100)
+        }),
+    ];
+    let mut engine = Engine::replay(CONFIG, None, records).engine;
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    assert_eq!(
+        engine.step(Event::RecoveryDone { now_ms: 5000 }),
+        vec![send("a", ABORT, 1), send("b", ABORT, 1)]
+    );
+}

@@ -1,0 +1,222 @@
+//! Counters and histograms for `/metrics`, written out in the Prometheus text format by hand.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::engine::view::Gauges;
+
+/// Bucket upper bounds in seconds, for both latency histograms.
+const BUCKETS_S: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// A latency histogram with fixed buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_S.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Mean of the observations in milliseconds (0 when empty).
+    pub fn mean_ms(&self) -> f64 {
+        let count = self.count();
+        if count == 0 {
+            return 0.0;
+        }
+        self.sum_us.load(Ordering::Relaxed) as f64 / 1000.0 / count as f64
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// Everything the coordinator counts.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub prepare_latency: Histogram,
+    pub decision_fsync: Histogram,
+    pub phase_two_retries: AtomicU64,
+    pub stale_epoch_answers: AtomicU64,
+}
+
+/// What `/metrics` reads from elsewhere at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sampled {
+    pub ready: bool,
+    pub log_poisoned: bool,
+    pub log_bytes: u64,
+    pub epoch: u64,
+    pub gauges: Gauges,
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
+}
+
+impl Metrics {
+    pub fn render(&self, sampled: Sampled) -> String {
+        let mut out = String::new();
+        let name = "twopc_coordinator_transactions_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Transactions whose decision became durable, by outcome.\n# TYPE {name} counter"
+        );
+        for (outcome, value) in [("committed", &self.committed), ("aborted", &self.aborted)] {
+            let _ = writeln!(
+                out,
+                "{name}{{outcome=\"{outcome}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let name = "twopc_coordinator_transactions";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Transactions known now, by state (retained = ended, kept for idempotency).\n# TYPE {name} gauge"
+        );
+        let g = sampled.gauges;
+        for (state, value) in [
+            ("preparing", g.preparing),
+            ("committing", g.committing),
+            ("aborting", g.aborting),
+            ("retained", g.retained),
+        ] {
+            let _ = writeln!(out, "{name}{{state=\"{state}\"}} {value}");
+        }
+        gauge(
+            &mut out,
+            "twopc_coordinator_pending_acks",
+            "Participants that have not acknowledged a durable decision.",
+            g.pending_acks,
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_phase_two_retries_total",
+            "Phase-two deliveries sent again after a failure.",
+            self.phase_two_retries.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_stale_epoch_answers_total",
+            "Participants that answered stale_epoch (another incarnation is newer).",
+            self.stale_epoch_answers.load(Ordering::Relaxed),
+        );
+        self.prepare_latency.render(
+            &mut out,
+            "twopc_coordinator_prepare_latency_seconds",
+            "Time from sending a prepare to its vote (or timeout).",
+        );
+        self.decision_fsync.render(
+            &mut out,
+            "twopc_coordinator_decision_fsync_seconds",
+            "Time from submitting a decision record to it being durable.",
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_log_bytes",
+            "Bytes of write-ahead log on disk.",
+            sampled.log_bytes,
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_log_poisoned",
+            "1 when the log failed and takes no more writes.",
+            u64::from(sampled.log_poisoned),
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_ready",
+            "1 once recovery finished.",
+            u64::from(sampled.ready),
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_epoch",
+            "This incarnation's epoch.",
+            sampled.epoch,
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(300));
+        h.observe(Duration::from_millis(3));
+        let mut out = String::new();
+        h.render(&mut out, "x", "help");
+        assert!(out.contains("x_bucket{le=\"0.0005\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.005\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 2\n"), "{out}");
+        assert!(out.contains("x_count 2\n"), "{out}");
+    }
+
+    #[test]
+    fn render_has_every_family() {
+        let m = Metrics::default();
+        m.committed.fetch_add(3, Ordering::Relaxed);
+        let out = m.render(Sampled {
+            log_bytes: 42,
+            ..Sampled::default()
+        });
+        for needle in [
+            "twopc_coordinator_transactions_total{outcome=\"committed\"} 3",
+            "twopc_coordinator_pending_acks 0",
+            "twopc_coordinator_phase_two_retries_total 0",
+            "twopc_coordinator_prepare_latency_seconds_count 0",
+            "twopc_coordinator_decision_fsync_seconds_count 0",
+            "twopc_coordinator_log_bytes 42",
+        ] {
+            assert!(out.contains(needle), "{needle} missing in\n{out}");
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The tokio shell around the engine: it feeds events in, executes the commands that come out
+//! (log appends, HTTP sends, timers, client replies), and feeds the results back as events.
+//!
+//! Ordering rules kept here: appends are submitted to the log while the engine lock is held,
+//! so the log's order is the engine's order; a decision is acted on only after its forced
+//! append resolved (the `DecisionDurable` event), so nobody hears an outcome that a crash
+//! could undo.
+
+mod housekeeping;
+pub mod participants;
+mod start;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+use tracing::{Instrument, error, info_span, warn};
+
+use protocol::{
+    Decision, DecisionRequest, DecisionStatus, ParticipantName, PrepareRequest, TransactionState,
+    TransactionStatus, TxId, VoteKind,
+};
+use wal::{Durability, RecordType, Wal};
+
+use crate::config::Config;
+use crate::engine::view::Gauges;
+use crate::engine::{Command, Engine, Event, Reply, WaitFor, WaiterId};
+use crate::metrics::Metrics;
+use crate::records::{EpochRecord, LogRecord};
+use participants::DeliveryError;
+
+pub use housekeeping::housekeeping;
+pub use start::{StartError, recover, recover_on};
+
+/// Unix time in milliseconds (0 if the clock is before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The running coordinator after recovery: the engine, the log and the means to act.
+#[derive(Debug)]
+pub struct Core {
+    engine: Mutex<Engine>,
+    waiters: Mutex<HashMap<WaiterId, oneshot::Sender<Reply>>>,
+    next_waiter: AtomicU64,
+    wal: Wal,
+    identity: EpochRecord,
+    participants: BTreeMap<ParticipantName, String>,
+    http: reqwest::Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    /// Set while recovery issues its resends (for the `coordinator::during_recovery` point).
+    recovering: AtomicBool,
+}
+
+/// A new transaction, checked by the API.
+#[derive(Debug)]
+pub struct NewTransaction {
+    pub txid: TxId,
+    pub digest: crate::digest::Digest,
+    pub participants: Vec<(ParticipantName, serde_json::Value)>,
+    pub timeout_ms: u64,
+    pub wait: WaitFor,
+}
+
+impl Core {
+    fn lock_engine(&self) -> MutexGuard<'_, Engine> {
+        // The engine is only mutated inside `step`, which does not panic on any input; if a
+        // panic happened anyway, the table is still the best record we have.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn identity(&self) -> &EpochRecord {
+        &self.identity
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Blocking: writes everything submitted, then closes the log (shutdown).
+    pub fn close_log(&self) {
+        self.wal.close();
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.wal.is_poisoned()
+    }
+
+    pub fn knows_participant(&self, name: &ParticipantName) -> bool {
+        self.participants.contains_key(name)
+    }
+
+    /// Starts (or joins) a transaction and waits for the answer the request asked for.
+    /// `None` means the process is shutting down before an answer came.
+    pub async fn submit(self: &Arc<Self>, tx: NewTransaction) -> Option<Reply> {
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.lock_waiters().insert(waiter, sender);
+        let span = info_span!(parent: None, "tx", txid = %tx.txid);
+        span.in_scope(|| {
+            self.apply(Event::Submit {
+                waiter,
+                wait: tx.wait,
+                txid: tx.txid,
+                digest: tx.digest,
+                participants: tx.participants,
+                timeout_ms: tx.timeout_ms,
+                now_ms: now_ms(),
+            })
+        });
+        receiver.await.ok()
+    }
+
+    pub fn status(&self, txid: &TxId) -> Option<TransactionStatus> {
+        self.lock_engine().status(txid)
+    }
+
+    pub fn list(&self, state: Option<TransactionState>, limit: usize) -> Vec<TransactionStatus> {
+        self.lock_engine().list(state, limit)
+    }
+
+    pub fn decision_query(&self, txid: &TxId) -> DecisionStatus {
+        self.lock_engine().decision_query(txid)
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        self.lock_engine().gauges()
+    }
+
+    /// The log's counters (records, fsyncs, batches, bytes), for metrics and the benchmark.
+    pub fn wal_stats(&self) -> wal::WalStats {
+        self.wal.stats()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn log_bytes(&self) -> u64 {
+        self.wal.stats().log_bytes_on_disk
+    }
+
+    fn lock_waiters(&self) -> MutexGuard<'_, HashMap<WaiterId, oneshot::Sender<Reply>>> {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Steps the engine and executes its commands in order.
+    pub fn apply(self: &Arc<Self>, event: Event) {
+        let mut decisions = Vec::new();
+        let commands = {
+            let mut engine = self.lock_engine();
+            let commands = engine.step(event);
+            // Submitted under the lock: the log's order is the engine's order.
+            for command in &commands {
+                match command {
+                    Command::AppendLazy(record) => {
+                        match record {
+                            LogRecord::Begin(_) => crash_point!("coordinator::before_first_record"),
+                            LogRecord::End(_) => crash_point!("coordinator::before_end_record"),
+                            LogRecord::Epoch(_) | LogRecord::Decision(_) | LogRecord::Ack(_) => {}
+                        }
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Lazy,
+                        );
+                        // A lazy append's failure poisons the log, which the housekeeping task
+                        // reports and the API turns into 503s; nobody waits on it here.
+                        drop(ticket);
+                    }
+                    Command::AppendDecision(decision) => {
+                        crash_point!("coordinator::before_decision_durable");
+                        let record = LogRecord::Decision(decision.clone());
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        );
+                        decisions.push((decision.txid.clone(), decision.decision, ticket));
+                    }
+                    Command::SendPrepare { .. }
+                    | Command::ArmPrepareDeadline { .. }
+                    | Command::SendDecision { .. }
+                    | Command::ArmRetry { .. }
+                    | Command::Reply { .. } => {}
+                }
+            }
+            commands
+        };
+        for command in commands {
+            self.execute(command);
+        }
+        for (txid, decision, ticket) in decisions {
+            let core = Arc::clone(self);
+            let span = info_span!(parent: None, "tx", txid = %txid);
+            let submitted = Instant::now();
+            tokio::spawn(
+                async move {
+                    match ticket.wait().await {
+                        Ok(_) => {
+                            core.metrics.decision_fsync.observe(submitted.elapsed());
+                            crash_point!("coordinator::after_decision_durable");
+                            let counter = match decision {
+                                Decision::Commit => &core.metrics.committed,
+                                Decision::Abort => &core.metrics.aborted,
+                            };
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(?decision, "decision durable");
+                            core.apply(Event::DecisionDurable { txid });
+                        }
+                        Err(wal::WalError::Closed) => {
+                            tracing::info!(
+                                "shutting down before the decision was durable; \
+                                   the next start aborts this transaction"
+                            );
+                            core.apply(Event::DecisionFailed {
+                                txid,
+                                error: "the coordinator is shutting down".to_string(),
+                            });
+                        }
+                        Err(e) => {
+                            error!(error = %e, "LOG FAILED: decision could not be made durable; \
+                                   this coordinator takes no more transactions until restarted");
+                            core.apply(Event::DecisionFailed {
+                                txid,
+                                error: e.to_string(),
+                            });
+                        }
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    fn execute(self: &Arc<Self>, command: Command) {
+        match command {
+            // Submitted while the engine lock was held.
+            Command::AppendLazy(_) | Command::AppendDecision(_) => {}
+            Command::SendPrepare {
+                txid,
+                participant,
+                payload,
+                timeout_ms,
+            } => {
+                let span = info_span!(parent: None, "tx", txid = %txid);
+                tokio::spawn(
+                    Arc::clone(self)
+                        .prepare(txid, participant, payload, timeout_ms)
+                        .instrument(span),
+                );
+            }
+            Command::ArmPrepareDeadline { txid, after_ms } => {
+                let core = Arc::clone(self);
+                let span = info_span!(parent: None, "tx", txid = %txid);
+                tokio::spawn(
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                        core.apply(Event::PrepareDeadline {
+                            txid,
+                            now_ms: now_ms(),
+                        });
+                    }
+                    .instrument(span),
+                );
+            }
+            Command::SendDecision {
+                txid,
+                participant,
+                decision,
+                attempt,
+            } => {
+                let span = info_span!(parent: None, "tx", txid = %txid);
+                let from_recovery = self.recovering.load(Ordering::Relaxed);
+                tokio::spawn(
+                    Arc::clone(self)
+                        .deliver(txid, participant, decision, attempt, from_recovery)
+                        .instrument(span),
+                );
+            }
+            Command::ArmRetry {
+                txid,
+                participant,
+                after_ms,
+            } => {
+                let core = Arc::clone(self);
+                let span = info_span!(parent: None, "tx", txid = %txid);
+                tokio::spawn(
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                        core.apply(Event::RetryDue { txid, participant });
+                    }
+                    .instrument(span),
+                );
+            }
+            Command::Reply { waiter, reply } => {
+                if let Some(sender) = self.lock_waiters().remove(&waiter) {
+                    // The client may have gone away; the outcome stays queryable.
+                    let _ = sender.send(reply);
+                }
+            }
+        }
+    }
+
+    async fn prepare(
+        self: Arc<Self>,
+        txid: TxId,
+        participant: ParticipantName,
+        payload: serde_json::Value,
+        timeout_ms: u64,
+    ) {
+        let started = Instant::now();
+        let (vote, reason) = match self.participants.get(&participant) {
+            Some(base) => {
+                let request = PrepareRequest {
+                    txid: txid.clone(),
+                    coordinator_id: self.identity.coordinator_id.clone(),
+                    epoch: self.identity.epoch,
+                    payload,
+                };
+                participants::prepare(
+                    &self.http,
+                    base,
+                    &request,
+                    Duration::from_millis(timeout_ms),
+                )
+                .await
+            }
+            None => (
+                VoteKind::Error,
+                Some(format!("{participant} is not configured")),
+            ),
+        };
+        self.metrics.prepare_latency.observe(started.elapsed());
+        match vote {
+            VoteKind::Yes => tracing::debug!(%participant, "voted yes"),
+            VoteKind::No | VoteKind::Timeout | VoteKind::Error => {
+                tracing::info!(%participant, ?vote, reason = reason.as_deref().unwrap_or(""), "prepare not granted")
+            }
+        }
+        crash_point!("coordinator::during_prepare_fanout");
+        self.apply(Event::VoteReceived {
+            txid,
+            participant,
+            vote,
+            reason,
+            now_ms: now_ms(),
+        });
+    }
+
+    async fn deliver(
+        self: Arc<Self>,
+        txid: TxId,
+        participant: ParticipantName,
+        decision: Decision,
+        attempt: u32,
+        from_recovery: bool,
+    ) {
+        if attempt > 1 {
+            self.metrics
+                .phase_two_retries
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let result = match self.participants.get(&participant) {
+            Some(base) => {
+                let request = DecisionRequest {
+                    txid: txid.clone(),
+                    coordinator_id: self.identity.coordinator_id.clone(),
+                    epoch: self.identity.epoch,
+                };
+                participants::deliver(
+                    &self.http,
+                    base,
+                    decision,
+                    &request,
+                    Duration::from_millis(self.config.delivery_timeout_ms),
+                )
+                .await
+            }
+            None => Err(DeliveryError::Transport(format!(
+                "{participant} is not in this coordinator's configuration any more; \
+                 add it back to deliver the decision"
+            ))),
+        };
+        match result {
+            Ok(()) => {
+                crash_point!("coordinator::after_some_phase_two");
+                if from_recovery {
+                    crash_point!("coordinator::during_recovery");
+                }
+                tracing::debug!(%participant, ?decision, attempt, "acknowledged");
+                self.apply(Event::Acked {
+                    txid,
+                    participant,
+                    now_ms: now_ms(),
+                });
+            }
+            Err(e) => {
+                match &e {
+                    DeliveryError::StaleEpoch(_) => {
+                        self.metrics
+                            .stale_epoch_answers
+                            .fetch_add(1, Ordering::Relaxed);
+                        error!(%participant, ?decision, attempt, epoch = %self.identity.epoch, error = %e,
+                            "STALE EPOCH: a participant has seen a newer incarnation of this coordinator id; \
+                             is another coordinator running on a copy of this data directory? delivery stays pending");
+                    }
+                    DeliveryError::NotPrepared(_) => {
+                        error!(%participant, ?decision, attempt, error = %e,
+                            "participant never prepared a transaction we decided to commit; \
+                             it stays pending and visible (GET /v1/transactions?state=committing)");
+                    }
+                    DeliveryError::Transport(_)
+                    | DeliveryError::Status { .. }
+                    | DeliveryError::Malformed(_) => {
+                        warn!(%participant, ?decision, attempt, error = %e, "phase two not acknowledged; will retry");
+                    }
+                }
+                self.apply(Event::DeliveryFailed {
+                    txid,
+                    participant,
+                    error: e.to_string(),
+                    jitter: fastrand::u64(..),
+                });
+            }
+        }
+    }
+}

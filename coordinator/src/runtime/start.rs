@@ -1,0 +1,146 @@
+//! Recovery (design 4.2): open the log (the WAL verifies every record, cuts a torn tail and
+//! refuses corruption), rebuild the table, persist the next epoch before anything is sent,
+//! then abort what was begun and never decided and resend every unacknowledged decision.
+//! Every step is idempotent, so a crash in the middle is recovered by the next start.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::{info, warn};
+
+use protocol::{CoordinatorId, Epoch};
+use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalError, WalOptions};
+
+use crate::config::Config;
+use crate::engine::{Engine, EngineConfig, Event};
+use crate::metrics::Metrics;
+use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
+use crate::runtime::{Core, now_ms};
+
+/// Why the coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The log is corrupt: starting would make presumed abort unsafe.
+    #[error("refusing to start: {0}")]
+    Corrupt(WalError),
+    #[error("refusing to start: log in {dir} holds a record that does not decode: {source}")]
+    Undecodable { dir: String, source: DecodeError },
+    #[error("cannot open or write the log: {0}")]
+    Log(WalError),
+    #[error("cannot make a coordinator id: {0}")]
+    Identity(protocol::IdError),
+    #[error("log open task failed: {0}")]
+    Join(String),
+}
+
+/// A fresh identity for a new data directory: a wiped directory is a new coordinator.
+fn new_coordinator_id() -> Result<CoordinatorId, StartError> {
+    CoordinatorId::new(format!("c-{:016x}", fastrand::u64(..))).map_err(StartError::Identity)
+}
+
+/// Opens the log under `config.data_dir` and recovers. The returned core is ready: its epoch
+/// is durable, recovery's aborts are submitted and its resends are under way.
+pub async fn recover(config: &Config, metrics: Arc<Metrics>) -> Result<Arc<Core>, StartError> {
+    recover_on(Arc::new(FileStorage), config, metrics).await
+}
+
+/// [`recover`] on any storage (the WAL's simulated, fault-injecting one in tests).
+pub async fn recover_on(
+    storage: Arc<dyn Storage>,
+    config: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<Arc<Core>, StartError> {
+    let dir = config.data_dir.join("wal");
+    let options = WalOptions {
+        sync: if config.fsync {
+            SyncPolicy::Fsync
+        } else {
+            SyncPolicy::Never
+        },
+        ..WalOptions::default()
+    };
+    let open_dir = dir.clone();
+    let opened =
+        tokio::task::spawn_blocking(move || Wal::open_with_storage(storage, &open_dir, options))
+            .await
+            .map_err(|e| StartError::Join(e.to_string()))?;
+    let (wal, recovery) = match opened {
+        Ok(opened) => opened,
+        Err(e @ WalError::Corrupt { .. }) => return Err(StartError::Corrupt(e)),
+        Err(e) => return Err(StartError::Log(e)),
+    };
+    if let Some(torn) = &recovery.torn_tail {
+        warn!(file = %torn.file.display(), offset = torn.offset, bytes = torn.bytes,
+              reason = %torn.reason, "cut a torn write off the end of the log (a crash mid-append)");
+    }
+    let undecodable = |source| StartError::Undecodable {
+        dir: dir.display().to_string(),
+        source,
+    };
+    let snapshot = recovery
+        .snapshot
+        .as_deref()
+        .map(Snapshot::decode)
+        .transpose()
+        .map_err(undecodable)?;
+    let mut records = Vec::with_capacity(recovery.records.len());
+    for record in &recovery.records {
+        records.push(
+            LogRecord::decode(record.seq, record.record_type.0, &record.payload)
+                .map_err(undecodable)?,
+        );
+    }
+    let replayed = Engine::replay(
+        EngineConfig {
+            retry_base_ms: config.retry_base_ms,
+            retry_max_ms: config.retry_max_ms,
+            retained_max: config.retained_max,
+        },
+        snapshot,
+        records,
+    );
+    let identity = match replayed.identity {
+        Some(last) => EpochRecord {
+            coordinator_id: last.coordinator_id,
+            epoch: last.epoch.next(),
+        },
+        None => EpochRecord {
+            coordinator_id: new_coordinator_id()?,
+            epoch: Epoch(1),
+        },
+    };
+    // The new epoch is durable before any message carries it: a participant that saw it must
+    // never see a lower one from us again.
+    let epoch_record = LogRecord::Epoch(identity.clone());
+    wal.append(
+        RecordType(epoch_record.record_type()),
+        epoch_record.encode(),
+        Durability::Forced,
+    )
+    .await
+    .map_err(StartError::Log)?;
+    let gauges = replayed.engine.gauges();
+    info!(coordinator_id = %identity.coordinator_id, epoch = %identity.epoch,
+          preparing = gauges.preparing, committing = gauges.committing, aborting = gauges.aborting,
+          retained = gauges.retained, "log replayed");
+    let http = reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| StartError::Join(format!("HTTP client: {e}")))?;
+    let core = Arc::new(Core {
+        engine: Mutex::new(replayed.engine),
+        waiters: Mutex::new(HashMap::new()),
+        next_waiter: AtomicU64::new(1),
+        wal,
+        identity,
+        participants: config.participants.clone(),
+        http,
+        config: config.clone(),
+        metrics,
+        recovering: AtomicBool::new(true),
+    });
+    core.apply(Event::RecoveryDone { now_ms: now_ms() });
+    core.recovering.store(false, Ordering::Relaxed);
+    Ok(core)
+}

@@ -1,0 +1,200 @@
+//! Process-level wiring: the data-directory lock, the listener (served before recovery so that
+//! callers get 503 `not_ready` instead of connection refused), recovery, background work, and
+//! graceful shutdown.
+
+use std::fs::{File, TryLockError};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::api::{AppState, router};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::runtime::{Core, StartError, housekeeping, recover};
+
+/// How long shutdown waits for in-flight requests (a `?wait=acked` may wait on a participant
+/// that is down) before it stops them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Why the service stopped or could not start; each maps to a documented exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(
+        "data directory {dir} is locked by another process (is another coordinator running on it?)"
+    )]
+    Locked { dir: PathBuf },
+    #[error("cannot use data directory {dir}: {source}")]
+    DataDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("stopped with a failed log; restart once the disk is healthy")]
+    LogFailed,
+}
+
+impl RunError {
+    /// The process exit code (documented in docs/operations.md).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Locked { .. } => 3,
+            RunError::Start(StartError::Corrupt(_) | StartError::Undecodable { .. }) => 4,
+            RunError::DataDir { .. }
+            | RunError::Bind { .. }
+            | RunError::Start(_)
+            | RunError::Serve(_)
+            | RunError::LogFailed => 1,
+        }
+    }
+}
+
+/// Takes `<data-dir>/LOCK` exclusively for the life of the returned file.
+pub fn lock_data_dir(dir: &Path) -> Result<File, RunError> {
+    let io = |source| RunError::DataDir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(RunError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
+/// A started coordinator.
+#[derive(Debug)]
+pub struct Running {
+    pub addr: SocketAddr,
+    pub core: Arc<Core>,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<std::io::Result<()>>,
+    housekeeping: JoinHandle<()>,
+    _lock: File,
+}
+
+/// Locks the directory, starts serving, recovers, and returns once ready.
+pub async fn start(config: Config) -> Result<Running, RunError> {
+    let lock = lock_data_dir(&config.data_dir)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| RunError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let metrics = Arc::new(Metrics::default());
+    let state = AppState::new(Arc::clone(&metrics));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serve = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async {
+        let _ = stopped.await;
+    });
+    let server = tokio::spawn(async move { serve.await });
+    info!(%addr, data_dir = %config.data_dir.display(), "listening; recovering the log");
+    let core = match recover(&config, metrics).await {
+        Ok(core) => core,
+        Err(e) => {
+            server.abort();
+            return Err(e.into());
+        }
+    };
+    state.set_ready(Arc::clone(&core));
+    info!(%addr, coordinator_id = %core.identity().coordinator_id,
+          epoch = %core.identity().epoch, "ready");
+    let housekeeping = tokio::spawn(housekeeping(Arc::clone(&core)));
+    Ok(Running {
+        addr,
+        core,
+        stop,
+        server,
+        housekeeping,
+        _lock: lock,
+    })
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish (bounded), stops background work.
+    pub async fn shutdown(self) -> Result<(), RunError> {
+        let _ = self.stop.send(());
+        let mut server = self.server;
+        let served = match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(result)) => result.map_err(RunError::Serve),
+            Ok(Err(join)) => Err(RunError::Serve(std::io::Error::other(join.to_string()))),
+            Err(_) => {
+                warn!("in-flight requests still open after {SHUTDOWN_GRACE:?}; closing them");
+                server.abort();
+                Ok(())
+            }
+        };
+        self.housekeeping.abort();
+        served?;
+        let core = Arc::clone(&self.core);
+        let _ = tokio::task::spawn_blocking(move || core.close_log()).await;
+        if self.core.is_poisoned() {
+            return Err(RunError::LogFailed);
+        }
+        info!("stopped");
+        Ok(())
+    }
+}
+
+/// Runs until `signal` resolves, then shuts down gracefully.
+pub async fn run(config: Config, signal: impl Future<Output = ()>) -> Result<(), RunError> {
+    let running = start(config).await?;
+    signal.await;
+    info!("shutdown requested");
+    running.shutdown().await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,174 @@
+//! The real `twopc coordinator` against in-test participants: commit, the three kinds of
+//! abort (no, timeout, malformed vote), and phase-two retry while a participant is down.
+
+mod coordinator_support;
+
+use std::time::Duration;
+
+use coordinator_support::{AckMode, Coordinator, TestParticipant, VoteMode, two_party};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestParticipant::start("inventory", VoteMode::Yes, AckMode::Ack).await;
+    let b = TestParticipant::start("payments", VoteMode::Yes, AckMode::Ack).await;
+    let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
+
+    let (status, body) = c.submit("?wait=acked", &two_party("order-1", &a, &b)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"id": "order-1", "outcome": "committed", "reason": null, "participants": [
+            {"name": "inventory", "vote": "yes", "acked": true},
+            {"name": "payments", "vote": "yes", "acked": true}]})
+    );
+    for p in [&a, &b] {
+        let got = p.received();
+        let routes: Vec<_> = got.iter().map(|r| r.route).collect();
+        assert_eq!(routes, ["prepare", "commit"], "{}", p.name);
+        let prepare = &got[0].body;
+        assert_eq!(prepare["txid"], "order-1");
+        assert_eq!(prepare["epoch"], 1);
+        assert!(
+            prepare["coordinator_id"]
+                .as_str()
+                .unwrap()
+                .starts_with("c-")
+        );
+        assert!(prepare["payload"]["ops"].is_array());
+        assert_eq!(got[1].body["coordinator_id"], prepare["coordinator_id"]);
+    }
+    let status = c.wait_state("order-1", "committed", WAIT).await;
+    assert!(status["ended_at_ms"].is_u64(), "{status}");
+    let (_, decision) = c.get("/v1/transactions/order-1/decision").await;
+    assert_eq!(decision, json!({"decision": "commit"}));
+
+    // Without an id the coordinator makes one; the default wait is for the decision only.
+    let (status, body) = c
+        .submit(
+            "",
+            &json!({"participants": [{"name": "inventory", "payload": {}}]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("committed")),
+        "{body}"
+    );
+    assert!(body["id"].as_str().unwrap().starts_with("tx-"));
+
+    let (_, metrics) = {
+        let text = reqwest::get(format!("{}/metrics", c.url()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (0, text)
+    };
+    assert!(
+        metrics.contains("twopc_coordinator_transactions_total{outcome=\"committed\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_vote_aborts_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestParticipant::start("inventory", VoteMode::Yes, AckMode::Ack).await;
+    let b = TestParticipant::start("payments", VoteMode::No, AckMode::Ack).await;
+    let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
+    let (status, body) = c.submit("", &two_party("order-no", &a, &b)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["outcome"], "aborted");
+    assert_eq!(body["participants"][1]["vote"], "no");
+    assert!(
+        body["reason"].as_str().unwrap().contains("out of stock"),
+        "{body}"
+    );
+    a.wait_for("abort", "order-no", 1, WAIT).await;
+    b.wait_for("abort", "order-no", 1, WAIT).await;
+    assert_eq!(
+        a.count("commit", "order-no") + b.count("commit", "order-no"),
+        0
+    );
+    c.wait_state("order-no", "aborted", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepare_timeout_aborts() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestParticipant::start("inventory", VoteMode::Yes, AckMode::Ack).await;
+    let b = TestParticipant::start("payments", VoteMode::Slow(3_000), AckMode::Ack).await;
+    let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
+    let mut request = two_party("order-slow", &a, &b);
+    request["timeout_ms"] = json!(300);
+    let (status, body) = c.submit("", &request).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["outcome"], "aborted", "{body}");
+    assert_eq!(body["participants"][1]["vote"], "timeout", "{body}");
+    a.wait_for("abort", "order-slow", 1, WAIT).await;
+    b.wait_for("abort", "order-slow", 1, WAIT).await;
+    assert_eq!(
+        a.count("commit", "order-slow") + b.count("commit", "order-slow"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_vote_aborts() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestParticipant::start("inventory", VoteMode::Yes, AckMode::Ack).await;
+    let b = TestParticipant::start("payments", VoteMode::Malformed, AckMode::Ack).await;
+    let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
+    let (status, body) = c.submit("", &two_party("order-bad", &a, &b)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["outcome"], "aborted", "{body}");
+    assert_eq!(body["participants"][1]["vote"], "error", "{body}");
+    a.wait_for("abort", "order-bad", 1, WAIT).await;
+    assert_eq!(a.count("commit", "order-bad"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_two_is_retried_while_a_participant_is_down_then_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestParticipant::start("inventory", VoteMode::Yes, AckMode::Ack).await;
+    let b = TestParticipant::start("payments", VoteMode::Yes, AckMode::Down).await;
+    let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
+    let (status, body) = c.submit("", &two_party("order-retry", &a, &b)).await;
+    assert_eq!((status, body["outcome"].as_str()), (200, Some("committed")));
+
+    // b refuses several times; the pending ack is visible with its attempts and last error.
+    b.wait_for("commit", "order-retry", 3, WAIT).await;
+    let stuck = c.wait_state("order-retry", "committing", WAIT).await;
+    let pb = &stuck["participants"][1];
+    assert_eq!(pb["acked"], false, "{stuck}");
+    assert!(pb["attempts"].as_u64().unwrap() >= 2, "{stuck}");
+    assert!(
+        pb["last_error"].as_str().unwrap().contains("503"),
+        "{stuck}"
+    );
+    let (_, listing) = c.get("/v1/transactions?state=committing").await;
+    assert_eq!(listing["transactions"][0]["id"], "order-retry");
+    let metrics = reqwest::get(format!("{}/metrics", c.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("twopc_coordinator_pending_acks 1"),
+        "{metrics}"
+    );
+
+    b.set_ack(AckMode::Ack);
+    c.wait_state("order-retry", "committed", WAIT).await;
+    assert_eq!(
+        a.count("commit", "order-retry"),
+        1,
+        "a acked the first time"
+    );
+}

@@ -1,0 +1,304 @@
+//! Shared by the coordinator integration tests: in-test participants (small axum servers on
+//! port 0 that vote as told and record what they receive) and a handle on a real
+//! `twopc coordinator` process.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use chaos_tests::node::{Node, NodeSpec, free_port};
+use serde_json::{Value, json};
+
+/// How a test participant answers a prepare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoteMode {
+    Yes,
+    No,
+    /// Sleeps this long, then votes yes (a prepare timeout from the coordinator's view).
+    Slow(u64),
+    /// 200 with a body that is not a vote.
+    Malformed,
+}
+
+/// How a test participant answers commit/abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckMode {
+    Ack,
+    /// 503, as a participant that is down or restarting would.
+    Down,
+}
+
+/// One message a participant received: route ("prepare", "commit", "abort"), the body.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub route: &'static str,
+    pub body: Value,
+}
+
+#[derive(Debug)]
+struct Behaviour {
+    vote: VoteMode,
+    ack: AckMode,
+    received: Vec<Received>,
+}
+
+/// A participant server running in the test process.
+#[derive(Debug, Clone)]
+pub struct TestParticipant {
+    pub name: String,
+    pub addr: SocketAddr,
+    state: Arc<Mutex<Behaviour>>,
+}
+
+impl TestParticipant {
+    pub async fn start(name: &str, vote: VoteMode, ack: AckMode) -> TestParticipant {
+        let state = Arc::new(Mutex::new(Behaviour {
+            vote,
+            ack,
+            received: Vec::new(),
+        }));
+        let app = Router::new()
+            .route("/2pc/prepare", post(prepare))
+            .route("/2pc/commit", post(commit))
+            .route("/2pc/abort", post(abort))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        TestParticipant {
+            name: name.to_string(),
+            addr,
+            state,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn flag(&self) -> String {
+        format!("{}={}", self.name, self.url())
+    }
+
+    pub fn set_ack(&self, ack: AckMode) {
+        self.state.lock().unwrap().ack = ack;
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().received.clone()
+    }
+
+    /// Messages on `route` for `txid`.
+    pub fn count(&self, route: &str, txid: &str) -> usize {
+        self.received()
+            .iter()
+            .filter(|r| r.route == route && r.body["txid"] == txid)
+            .count()
+    }
+
+    /// Waits (bounded) until at least `n` messages on `route` for `txid` arrived.
+    pub async fn wait_for(&self, route: &str, txid: &str, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.count(route, txid) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{}: fewer than {n} {route} for {txid} after {timeout:?}; got {:?}",
+                self.name,
+                self.received()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+type Shared = State<Arc<Mutex<Behaviour>>>;
+
+fn record(state: &Arc<Mutex<Behaviour>>, route: &'static str, body: &Value) -> Behaviour {
+    let mut guard = state.lock().unwrap();
+    guard.received.push(Received {
+        route,
+        body: body.clone(),
+    });
+    Behaviour {
+        vote: guard.vote,
+        ack: guard.ack,
+        received: Vec::new(),
+    }
+}
+
+async fn prepare(State(state): Shared, axum::Json(body): axum::Json<Value>) -> Response {
+    let behaviour = record(&state, "prepare", &body);
+    match behaviour.vote {
+        VoteMode::Yes => axum::Json(json!({"vote": "yes"})).into_response(),
+        VoteMode::No => axum::Json(json!({"vote": "no", "reason": "out of stock"})).into_response(),
+        VoteMode::Slow(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            axum::Json(json!({"vote": "yes"})).into_response()
+        }
+        VoteMode::Malformed => (StatusCode::OK, "{\"vote\": \"maybe\"}").into_response(),
+    }
+}
+
+fn decision(state: &Arc<Mutex<Behaviour>>, route: &'static str, body: &Value) -> Response {
+    match record(state, route, body).ack {
+        AckMode::Ack => axum::Json(json!({"ack": true})).into_response(),
+        AckMode::Down => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+    }
+}
+
+async fn commit(State(state): Shared, axum::Json(body): axum::Json<Value>) -> Response {
+    decision(&state, "commit", &body)
+}
+
+async fn abort(State(state): Shared, axum::Json(body): axum::Json<Value>) -> Response {
+    decision(&state, "abort", &body)
+}
+
+/// A real `twopc coordinator` process.
+pub struct Coordinator {
+    pub node: Node,
+    pub data_dir: PathBuf,
+}
+
+impl Coordinator {
+    /// Starts `twopc coordinator` on a free port with these participants; waits until ready.
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        participants: &[&TestParticipant],
+        extra: &[&str],
+    ) -> Coordinator {
+        let coordinator = Coordinator::spawn(dir, name, participants, extra);
+        let mut coordinator = coordinator;
+        tokio::task::block_in_place(|| coordinator.node.wait_ready(Duration::from_secs(20)))
+            .unwrap();
+        coordinator
+    }
+
+    /// Starts it without waiting for readiness.
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        participants: &[&TestParticipant],
+        extra: &[&str],
+    ) -> Coordinator {
+        Coordinator::spawn_with(
+            PathBuf::from(env!("CARGO_BIN_EXE_twopc")),
+            Vec::new(),
+            dir,
+            name,
+            participants,
+            extra,
+        )
+    }
+
+    /// Starts `binary` (for example the failpoints build) with extra environment.
+    pub fn spawn_with(
+        binary: PathBuf,
+        env: Vec<(String, String)>,
+        dir: &Path,
+        name: &str,
+        participants: &[&TestParticipant],
+        extra: &[&str],
+    ) -> Coordinator {
+        let data_dir = dir.join("coordinator-data");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut args = vec![
+            "coordinator".to_string(),
+            "--listen".to_string(),
+            addr.to_string(),
+            "--data-dir".to_string(),
+            data_dir.display().to_string(),
+            // Fast retries keep the tests short.
+            "--retry-base-ms".to_string(),
+            "20".to_string(),
+            "--retry-max-ms".to_string(),
+            "200".to_string(),
+        ];
+        for p in participants {
+            args.push("--participant".to_string());
+            args.push(p.flag());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let node = Node::start(NodeSpec {
+            name: name.to_string(),
+            binary,
+            args,
+            env: [("RUST_LOG".to_string(), "info".to_string())]
+                .into_iter()
+                .chain(env)
+                .collect(),
+            addr,
+            log_path: dir.join(format!("{name}.log")),
+        });
+        Coordinator { node, data_dir }
+    }
+
+    pub fn url(&self) -> String {
+        self.node.url()
+    }
+
+    pub fn restart(&mut self) {
+        self.node.restart();
+        tokio::task::block_in_place(|| self.node.wait_ready(Duration::from_secs(20))).unwrap();
+    }
+
+    /// POST /v1/transactions with `body`; returns status and JSON.
+    pub async fn submit(&self, query: &str, body: &Value) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/transactions{query}", self.url()))
+            .json(body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .get(format!("{}{path}", self.url()))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    /// Polls GET /v1/transactions/{id} until its state is `state` (bounded).
+    pub async fn wait_state(&self, txid: &str, state: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (status, body) = self.get(&format!("/v1/transactions/{txid}")).await;
+            if status == 200 && body["state"] == state {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{txid} not {state} after {timeout:?}: {status} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A two-participant request body.
+pub fn two_party(id: &str, a: &TestParticipant, b: &TestParticipant) -> Value {
+    json!({
+        "id": id,
+        "participants": [
+            {"name": a.name, "payload": {"ops": [{"op": "add", "key": "stock:sku-1", "delta": -1, "min": 0}]}},
+            {"name": b.name, "payload": {"ops": [{"op": "add", "key": "balance:alice", "delta": -10, "min": 0}]}}
+        ]
+    })
+}
