@@ -58,12 +58,16 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr, so `twopc wal dump` can keep stdout for records. `RUST_LOG` filters
-/// (default `info`); `TWOPC_LOG_FORMAT=json` switches to one JSON object per line.
+/// (default `info`); `TWOPC_LOG_FORMAT=json` switches to one JSON object per line. Colour only
+/// on a terminal (log files stay plain), and never with `NO_COLOR` set.
 fn init_logging() {
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     if std::env::var("TWOPC_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();

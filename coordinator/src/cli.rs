@@ -45,9 +45,13 @@ pub struct Args {
     /// Most ended outcomes kept, the oldest dropped first [default: 100000].
     #[arg(long, value_name = "N")]
     pub retained_max: Option<usize>,
+    /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
+    #[arg(long)]
+    pub unsafe_no_fsync: bool,
 }
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
+    let unsafe_no_fsync = args.unsafe_no_fsync;
     let base = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -69,7 +73,12 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         retention_ms: args.retention_ms,
         retained_max: args.retained_max,
     };
-    base.overlay(flags).into_config()
+    let mut config = base.overlay(flags).into_config()?;
+    if unsafe_no_fsync {
+        tracing::warn!("--unsafe-no-fsync: the log is never fsynced; decisions are no promise");
+        config.fsync = false;
+    }
+    Ok(config)
 }
 
 /// Runs the service; returns the process exit code.

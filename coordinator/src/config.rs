@@ -50,8 +50,8 @@ pub struct Config {
     pub retention_ms: u64,
     /// Most ended transactions' outcomes kept; the oldest go first.
     pub retained_max: usize,
-    /// Whether the log fsyncs. Always `true` for the service; `false` only for benchmark
-    /// baselines, never from the command line.
+    /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
+    /// never from the config file.
     pub fsync: bool,
 }
 

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub decision_fsync: Histogram,
     pub phase_two_retries: AtomicU64,
     pub stale_epoch_answers: AtomicU64,
+    /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
+    pub recovered_transactions: AtomicU64,
 }
 
 /// What `/metrics` reads from elsewhere at scrape time.
@@ -82,6 +84,10 @@ pub struct Sampled {
     pub log_bytes: u64,
     pub epoch: u64,
     pub gauges: Gauges,
+    /// File fsyncs the log has issued since start (group commit shares one among many records).
+    pub wal_fsyncs: u64,
+    /// Records appended since start.
+    pub wal_records: u64,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
@@ -175,6 +181,24 @@ impl Metrics {
         );
         gauge(
             &mut out,
+            "twopc_coordinator_recovered_transactions",
+            "Unfinished transactions found in the log when this incarnation started.",
+            self.recovered_transactions.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_wal_fsyncs_total",
+            "File fsyncs issued by the log since start.",
+            sampled.wal_fsyncs,
+        );
+        counter(
+            &mut out,
+            "twopc_wal_records_total",
+            "Records appended to the log since start.",
+            sampled.wal_records,
+        );
+        gauge(
+            &mut out,
             "twopc_coordinator_epoch",
             "This incarnation's epoch.",
             sampled.epoch,
@@ -215,6 +239,8 @@ mod tests {
             "twopc_coordinator_prepare_latency_seconds_count 0",
             "twopc_coordinator_decision_fsync_seconds_count 0",
             "twopc_coordinator_log_bytes 42",
+            "twopc_coordinator_recovered_transactions 0",
+            "twopc_wal_fsyncs_total 0",
         ] {
             assert!(out.contains(needle), "{needle} missing in\n{out}");
         }

@@ -102,13 +102,18 @@ async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiE
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let sampled = match state.core.get() {
-        Some(core) => Sampled {
-            ready: true,
-            log_poisoned: core.is_poisoned(),
-            log_bytes: core.log_bytes(),
-            epoch: core.identity().epoch.0,
-            gauges: core.gauges(),
-        },
+        Some(core) => {
+            let wal = core.wal_stats();
+            Sampled {
+                ready: true,
+                log_poisoned: core.is_poisoned(),
+                log_bytes: core.log_bytes(),
+                epoch: core.identity().epoch.0,
+                gauges: core.gauges(),
+                wal_fsyncs: wal.fsyncs,
+                wal_records: wal.records_appended,
+            }
+        }
         None => Sampled::default(),
     };
     (

@@ -121,6 +121,10 @@ pub async fn recover_on(
     .await
     .map_err(StartError::Log)?;
     let gauges = replayed.engine.gauges();
+    metrics.recovered_transactions.store(
+        gauges.preparing + gauges.committing + gauges.aborting,
+        Ordering::Relaxed,
+    );
     info!(coordinator_id = %identity.coordinator_id, epoch = %identity.epoch,
           preparing = gauges.preparing, committing = gauges.committing, aborting = gauges.aborting,
           retained = gauges.retained, "log replayed");
