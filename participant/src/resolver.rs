@@ -72,7 +72,24 @@ impl<R: Resource> Participant<R> {
             return None;
         }
         match response.json::<DecisionQueryResponse>().await {
-            Ok(body) => Some(body.decision),
+            Ok(body) => {
+                let prepared_by = self
+                    .prepared_list()
+                    .into_iter()
+                    .find(|entry| &entry.txid == txid)
+                    .map(|entry| entry.coordinator_id);
+                match (&body.coordinator_id, prepared_by) {
+                    (Some(answered_by), Some(prepared_by)) if *answered_by != prepared_by => {
+                        self.metrics().count_decision_query_failure();
+                        tracing::error!(%txid, %url, %answered_by, %prepared_by,
+                            "the coordinator at --coordinator is not the one that prepared this \
+                             transaction; ignoring its answer and staying in doubt (an operator \
+                             must point --coordinator at the right coordinator)");
+                        None
+                    }
+                    _ => Some(body.decision),
+                }
+            }
             Err(error) => {
                 self.metrics().count_decision_query_failure();
                 tracing::warn!(%txid, %url, %error, "decision query answer malformed; will ask again");

@@ -167,19 +167,31 @@ async fn checkpoints_keep_the_log_bounded_and_state_survives() {
     assert_eq!(p.read(|t| t.applied), 400);
 }
 
-type StubState = (Arc<Mutex<Vec<String>>>, Arc<Mutex<VecDeque<&'static str>>>);
+type StubState = (
+    Arc<Mutex<Vec<String>>>,
+    Arc<Mutex<VecDeque<&'static str>>>,
+    &'static str,
+);
 
 /// A stub coordinator: answers decision queries from a script (the last answer repeats).
 async fn stub_coordinator(script: Vec<&'static str>) -> (String, Arc<Mutex<Vec<String>>>) {
+    stub_coordinator_named("c1", script).await
+}
+
+/// A stub coordinator with coordinator id `id` (the tests' prepares come from `c1`).
+async fn stub_coordinator_named(
+    id: &'static str,
+    script: Vec<&'static str>,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     use axum::extract::{Path, State};
     let asked = Arc::new(Mutex::new(Vec::new()));
     let script = Arc::new(Mutex::new(script.into_iter().collect::<VecDeque<_>>()));
-    let state = (asked.clone(), script);
+    let state = (asked.clone(), script, id);
     let app = axum::Router::new()
         .route(
             protocol::routes::TRANSACTION_DECISION,
             axum::routing::get(
-                |State((asked, script)): State<StubState>, Path(id): Path<String>| async move {
+                |State((asked, script, me)): State<StubState>, Path(id): Path<String>| async move {
                     asked.lock().unwrap().push(id);
                     let mut script = script.lock().unwrap();
                     let answer = if script.len() > 1 {
@@ -187,7 +199,7 @@ async fn stub_coordinator(script: Vec<&'static str>) -> (String, Arc<Mutex<Vec<S
                     } else {
                         script[0]
                     };
-                    axum::Json(serde_json::json!({ "decision": answer }))
+                    axum::Json(serde_json::json!({ "decision": answer, "coordinator_id": me }))
                 },
             ),
         )
@@ -235,6 +247,33 @@ async fn in_doubt_asks_the_coordinator_and_obeys_after_pending() {
         "asked until a decision, nothing more"
     );
     // The coordinator's own resend afterwards is a harmless duplicate.
+    p.commit(decision("t1", 1)).await.unwrap();
+    assert_eq!(p.read(|t| t.applied), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_from_another_coordinator_is_not_obeyed() {
+    // A coordinator that never saw the transaction (a wiped directory, a wrong URL) would
+    // presume abort; the one that prepared it may have decided commit.
+    let (url, asked) = stub_coordinator_named("someone-else", vec!["abort"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.coordinator_url = Some(url);
+    cfg.engine.in_doubt_after_ms = 10;
+    cfg.engine.decision_backoff_base_ms = 5;
+    cfg.engine.decision_backoff_max_ms = 5;
+    cfg.tick_ms = 2;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("several decision queries", || {
+        asked.lock().unwrap().len() >= 3
+    })
+    .await;
+    resolver.abort();
+    assert_eq!(p.prepared_list().len(), 1, "still in doubt, locks held");
+    assert_eq!(p.read(|t| t.applied + t.released), 0);
+    // The real coordinator's decision still lands.
     p.commit(decision("t1", 1)).await.unwrap();
     assert_eq!(p.read(|t| t.applied), 1);
 }

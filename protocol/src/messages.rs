@@ -84,9 +84,16 @@ impl From<Decision> for DecisionStatus {
 }
 
 /// `GET {coordinator}/v1/transactions/{txid}/decision`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionQueryResponse {
     pub decision: DecisionStatus,
+    /// The answering coordinator's id. A participant obeys only an answer from the coordinator
+    /// that prepared the transaction: another coordinator (one whose data directory was wiped,
+    /// or a misconfigured URL) has no record of it and would presume abort, which may
+    /// contradict a commit the real one decided. Optional on the wire for coordinators that
+    /// predate it; twopc's coordinator always sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_id: Option<CoordinatorId>,
 }
 
 #[cfg(test)]
@@ -148,8 +155,16 @@ mod tests {
         round_trip(
             &DecisionQueryResponse {
                 decision: DecisionStatus::Pending,
+                coordinator_id: None,
             },
             json!({"decision": "pending"}),
+        );
+        round_trip(
+            &DecisionQueryResponse {
+                decision: DecisionStatus::Commit,
+                coordinator_id: Some(CoordinatorId::new("c-9").unwrap()),
+            },
+            json!({"decision": "commit", "coordinator_id": "c-9"}),
         );
         assert_eq!(
             DecisionStatus::from(Decision::Commit),

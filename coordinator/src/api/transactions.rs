@@ -214,5 +214,6 @@ pub async fn decision(
     let txid = txid(path)?;
     Ok(Json(DecisionQueryResponse {
         decision: core.decision_query(&txid),
+        coordinator_id: Some(core.identity().coordinator_id.clone()),
     }))
 }
