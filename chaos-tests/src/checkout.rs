@@ -14,8 +14,9 @@ pub const PAYMENTS: &str = "payments";
 pub const SHIPPING: &str = "shipping";
 
 /// The shape of the store: how many products and customers, and what they start with.
-/// Small stock and balances on purpose: a run must produce real "no" votes (out of stock, out of
-/// money, and lock conflicts on popular products), not only commits.
+/// Stock and balances sized so a first 2,000-order run mostly commits while still producing
+/// real "no" votes: lock conflicts on popular products throughout, and those products selling
+/// out (and customers running out of money) towards the end and in later runs on the same data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckoutConfig {
     pub skus: u32,
@@ -32,9 +33,9 @@ impl Default for CheckoutConfig {
     fn default() -> Self {
         Self {
             skus: 20,
-            stock_per_sku: 60,
+            stock_per_sku: 150,
             customers: 40,
-            balance_per_customer: 1_000,
+            balance_per_customer: 2_500,
             max_quantity: 3,
             max_unit_price: 40,
         }

@@ -1,6 +1,8 @@
 //! Closed-loop load: `concurrency` workers each send a transaction, wait for its answer, and
-//! send the next, for a fixed time. Each worker writes its own key at each participant, so the
-//! bench measures the protocol's cost, not lock contention.
+//! send the next, for a fixed time. Every transaction writes a key of its own: the client hears
+//! the outcome once the decision is durable, before phase two has released the participants'
+//! locks, so a worker reusing one key would meet its own previous transaction's lock. The bench
+//! measures the protocol's cost, not lock contention.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +34,7 @@ fn body(cell: &str, worker: usize, seq: u64, participants: &[String]) -> serde_j
         .iter()
         .map(|name| {
             json!({"name": name, "payload": {"ops": [
-                {"op": "put", "key": format!("bench:{cell}:{worker}"), "value": seq}
+                {"op": "put", "key": format!("bench:{cell}:{worker}:{seq}"), "value": seq}
             ]}})
         })
         .collect();
