@@ -23,27 +23,9 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("twopc audit: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("twopc audit: an invariant does not hold");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("twopc audit: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::async_main::block_on("audit", async {
+        Ok(crate::async_main::verdict("audit", run(args).await?))
+    })
 }
 
 async fn run(args: Args) -> Result<bool> {

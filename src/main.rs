@@ -1,5 +1,6 @@
 //! The `twopc` command: a thin clap dispatch to the crates that do the work.
 
+mod async_main;
 mod audit_cmd;
 mod bench;
 mod demo;

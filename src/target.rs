@@ -25,7 +25,8 @@ pub struct TargetArgs {
 impl TargetArgs {
     /// The URLs when a cluster is targeted; `None` means start our own.
     pub fn urls(&self) -> Option<ClusterUrls> {
-        let trim = |url: &Option<String>| url.as_deref().map(|u| u.trim_end_matches('/').to_string());
+        let trim =
+            |url: &Option<String>| url.as_deref().map(|u| u.trim_end_matches('/').to_string());
         Some(ClusterUrls {
             coordinator: trim(&self.target_coordinator)?,
             inventory: trim(&self.target_inventory)?,

@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::latency::quantile;
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use crate::metrics_text;
+use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 
 /// The WAL fsync counter every service exposes on `/metrics`.
 const FSYNCS_METRIC: &str = "twopc_wal_fsyncs_total";
@@ -61,23 +61,9 @@ pub struct Cell {
 }
 
 pub fn main(args: Args) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("twopc bench: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("twopc bench: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::async_main::block_on("bench", async {
+        run(args).await.map(|()| ExitCode::SUCCESS)
+    })
 }
 
 /// A cluster to measure: either ours (owned, stopped at the end) or the user's.
@@ -164,10 +150,9 @@ async fn run(args: Args) -> Result<()> {
 
     let mut cells = Vec::new();
     for &participants in &args.participants {
-        let names = durable
-            .participants
-            .get(..participants)
-            .with_context(|| format!("only {} participants available", durable.participants.len()))?;
+        let names = durable.participants.get(..participants).with_context(|| {
+            format!("only {} participants available", durable.participants.len())
+        })?;
         for &concurrency in &args.concurrency {
             let cell_id = format!("b{}-n{participants}-c{concurrency}", std::process::id());
             let fsyncs_before = fsyncs(&client, &durable).await;
@@ -240,7 +225,16 @@ fn print_table(cells: &[Cell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
         "{:>5} {:>5} {:>10} {:>8} {:>8} {:>8} {:>11} {:>6} {:>9} {:>6}",
-        "parts", "conc", "tx/s", "p50 ms", "p99 ms", "p999 ms", "base tx/s", "ratio", "fsyncs/tx", "failed"
+        "parts",
+        "conc",
+        "tx/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "base tx/s",
+        "ratio",
+        "fsyncs/tx",
+        "failed"
     );
     for c in cells {
         println!(

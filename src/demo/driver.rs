@@ -146,7 +146,9 @@ pub fn abort_category(answer: &TransactionResponse) -> String {
         VoteKind::Timeout => "prepare timed out",
         VoteKind::Error => "no valid vote (error)",
         VoteKind::Yes | VoteKind::No if reason.contains("lock") => "lock conflict",
-        VoteKind::Yes | VoteKind::No if reason.contains("min") || reason.contains("insufficient") => {
+        VoteKind::Yes | VoteKind::No
+            if reason.contains("min") || reason.contains("insufficient") =>
+        {
             "would go below minimum"
         }
         VoteKind::Yes | VoteKind::No if reason.contains("version") => "version check failed",

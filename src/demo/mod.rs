@@ -18,9 +18,9 @@ use chaos_tests::audit::{self, ClusterUrls, RunRecord};
 use chaos_tests::checkout::CheckoutConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use crate::metrics_text;
 use crate::target::TargetArgs;
+use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use driver::{Counters, DriverConfig};
 use report::{CrashNote, Summary};
 
@@ -70,33 +70,13 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("twopc demo: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async {
+    crate::async_main::block_on("demo", async {
         tokio::select! {
-            result = run(args) => match result {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => {
-                    eprintln!("twopc demo: an invariant does not hold (see above)");
-                    ExitCode::FAILURE
-                }
-                Err(e) => {
-                    eprintln!("twopc demo: {e:#}");
-                    ExitCode::FAILURE
-                }
-            },
+            result = run(args) => Ok(crate::async_main::verdict("demo", result?)),
             _ = tokio::signal::ctrl_c() => {
                 // Dropping the run future drops the cluster, which kills every child.
                 eprintln!("\ntwopc demo: interrupted; stopping every process");
-                ExitCode::from(130)
+                Ok(ExitCode::from(130))
             }
         }
     })
@@ -111,7 +91,10 @@ async fn run(args: Args) -> Result<bool> {
     let mut own = None;
     let urls = match args.target.urls() {
         Some(urls) => {
-            println!("twopc demo: driving the running cluster at {}", urls.coordinator);
+            println!(
+                "twopc demo: driving the running cluster at {}",
+                urls.coordinator
+            );
             urls
         }
         None => {
@@ -311,9 +294,9 @@ async fn metric(client: &reqwest::Client, base: &str, name: &str) -> Option<u64>
 
 fn progress_bar(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} {msg}",
-    ) {
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} {msg}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.enable_steady_tick(Duration::from_millis(120));

@@ -96,7 +96,10 @@ impl Summary<'_> {
         }
         row(
             "throughput",
-            format!("{rate:.0} orders/s over {:.1} s", self.elapsed.as_secs_f64()),
+            format!(
+                "{rate:.0} orders/s over {:.1} s",
+                self.elapsed.as_secs_f64()
+            ),
         );
         row(
             "latency p50 / p99 (first-try answers)",
