@@ -60,7 +60,11 @@ impl Node {
     }
 
     fn spawn(&mut self) {
-        assert!(self.child.is_none(), "{} is already running", self.spec.name);
+        assert!(
+            self.child.is_none(),
+            "{} is already running",
+            self.spec.name
+        );
         let log = File::options()
             .create(true)
             .append(true)
@@ -145,7 +149,9 @@ impl Node {
     }
 
     fn try_exit_status(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     pub fn is_running(&mut self) -> bool {
