@@ -7,8 +7,12 @@
 
 pub mod audit;
 pub mod binary;
-pub mod cluster;
 pub mod checkout;
+pub mod cluster;
 pub mod disk_faults;
 pub mod node;
+pub mod oracle;
 pub mod proxy;
+pub mod scenario;
+pub mod sim;
+pub mod workload;

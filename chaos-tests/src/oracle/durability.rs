@@ -1,0 +1,26 @@
+//! Durability: every outcome a client saw is the outcome at every participant. An order whose
+//! answer the client never got (`Unknown`) promises nothing here; atomicity still covers it.
+
+use super::{Check, ClientOutcome, Observation, verdict};
+
+pub fn check(observation: &Observation) -> Check {
+    let mut broken = Vec::new();
+    for o in &observation.orders {
+        match o.client {
+            ClientOutcome::Committed if !o.everywhere() => broken.push(format!(
+                "{}: client saw committed, applied at {:?}",
+                o.order.id, o.present
+            )),
+            ClientOutcome::Aborted if !o.nowhere() => broken.push(format!(
+                "{}: client saw aborted, applied at {:?}",
+                o.order.id, o.present
+            )),
+            ClientOutcome::Committed | ClientOutcome::Aborted | ClientOutcome::Unknown => {}
+        }
+    }
+    verdict(
+        "durability: every outcome a client saw holds at every participant",
+        &broken,
+        "every committed answer is applied, every aborted answer is absent".into(),
+    )
+}

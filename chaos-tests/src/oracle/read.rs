@@ -1,0 +1,165 @@
+//! The oracle's only I/O: reading participants and the coordinator through their public HTTP
+//! APIs (`/v1/kv/{key}`, `/v1/prepared`, `/v1/transactions/{id}`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use protocol::TransactionStatus;
+use protocol::kv::{KvEntry, PreparedList};
+use serde::Deserialize;
+
+use crate::checkout::{CheckoutConfig, Order, balance_key, sold_key, spent_key, stock_key};
+
+use super::{ClientOutcome, ClusterUrls, Ledger, Observation, OrderObservation, Totals};
+
+/// Failure to read the cluster at all (as opposed to a broken invariant).
+#[derive(Debug, thiserror::Error)]
+#[error("reading {url}: {reason}")]
+pub struct ReadError {
+    pub url: String,
+    pub reason: String,
+}
+
+/// GET and decode; `None` on 404.
+pub async fn get_json<T: for<'de> Deserialize<'de>>(
+    client: &reqwest::Client,
+    url: String,
+) -> Result<Option<T>, ReadError> {
+    let fail = |reason: String| ReadError {
+        url: url.clone(),
+        reason,
+    };
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    if !response.status().is_success() {
+        return Err(fail(format!("status {}", response.status())));
+    }
+    response
+        .json::<T>()
+        .await
+        .map(Some)
+        .map_err(|e| fail(e.to_string()))
+}
+
+/// The committed value of a counter key (absent = 0).
+pub async fn counter(client: &reqwest::Client, base: &str, key: &str) -> Result<i64, ReadError> {
+    let entry: Option<KvEntry> = get_json(client, format!("{base}/v1/kv/{key}")).await?;
+    Ok(entry.and_then(|e| e.value.as_i64()).unwrap_or(0))
+}
+
+/// Whether a key has a committed value.
+pub async fn exists(client: &reqwest::Client, base: &str, key: &str) -> Result<bool, ReadError> {
+    let entry: Option<KvEntry> = get_json(client, format!("{base}/v1/kv/{key}")).await?;
+    Ok(entry.is_some())
+}
+
+/// The coordinator's record of one transaction (`None`: it has none).
+pub async fn transaction(
+    client: &reqwest::Client,
+    coordinator: &str,
+    id: &str,
+) -> Result<Option<TransactionStatus>, ReadError> {
+    get_json(client, format!("{coordinator}/v1/transactions/{id}")).await
+}
+
+/// Sums the ledger counters.
+pub async fn read_totals(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    config: &CheckoutConfig,
+) -> Result<Totals, ReadError> {
+    let mut totals = Totals::default();
+    for sku in 0..config.skus {
+        totals.sold += counter(client, &urls.inventory, &sold_key(sku)).await?;
+    }
+    for customer in 0..config.customers {
+        totals.spent += counter(client, &urls.payments, &spent_key(customer)).await?;
+    }
+    Ok(totals)
+}
+
+/// Waits until no participant holds a prepared transaction, or `timeout` passes. Returns what is
+/// still prepared, by participant.
+pub async fn wait_no_prepared(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    timeout: Duration,
+) -> Result<BTreeMap<&'static str, usize>, ReadError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut left = BTreeMap::new();
+        for (name, base) in urls.participants() {
+            let list: Option<PreparedList> =
+                get_json(client, format!("{base}/v1/prepared")).await?;
+            let count = list.map_or(0, |l| l.prepared.len());
+            if count > 0 {
+                left.insert(name, count);
+            }
+        }
+        if left.is_empty() || Instant::now() >= deadline {
+            return Ok(left);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits up to `settle` for prepared transactions to resolve, then reads everything the checks
+/// need.
+pub async fn observe(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    config: &CheckoutConfig,
+    before: Totals,
+    observed: &[(Order, ClientOutcome)],
+    settle: Duration,
+) -> Result<Observation, ReadError> {
+    let prepared_left = wait_no_prepared(client, urls, settle).await?;
+    let mut orders = Vec::with_capacity(observed.len());
+    for (order, client_outcome) in observed {
+        let mut present = [false; 3];
+        for (slot, (participant, key)) in present.iter_mut().zip(order.marker_keys()) {
+            *slot = exists(client, urls.participant(participant), &key).await?;
+        }
+        orders.push(OrderObservation {
+            order: order.clone(),
+            client: *client_outcome,
+            present,
+            coordinator: transaction(client, &urls.coordinator, &order.id).await?,
+        });
+    }
+    let mut stock = Vec::new();
+    for sku in 0..config.skus {
+        stock.push(Ledger {
+            id: sku,
+            left: counter(client, &urls.inventory, &stock_key(sku)).await?,
+            moved: counter(client, &urls.inventory, &sold_key(sku)).await?,
+        });
+    }
+    let mut money = Vec::new();
+    for customer in 0..config.customers {
+        money.push(Ledger {
+            id: customer,
+            left: counter(client, &urls.payments, &balance_key(customer)).await?,
+            moved: counter(client, &urls.payments, &spent_key(customer)).await?,
+        });
+    }
+    let after = Totals {
+        sold: stock.iter().map(|l| l.moved).sum(),
+        spent: money.iter().map(|l| l.moved).sum(),
+    };
+    Ok(Observation {
+        settle,
+        prepared_left,
+        orders,
+        stock,
+        money,
+        before,
+        after,
+    })
+}

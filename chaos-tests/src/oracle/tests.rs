@@ -1,0 +1,112 @@
+//! Each check on hand-made observations: it passes on a consistent run and fails on exactly the
+//! broken promise it owns.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+
+fn order(id: &str, quantity: i64, amount: i64) -> Order {
+    Order {
+        id: id.into(),
+        sku: 0,
+        customer: 0,
+        quantity,
+        amount,
+    }
+}
+
+fn seen(id: &str, client: ClientOutcome, present: [bool; 3]) -> OrderObservation {
+    OrderObservation {
+        order: order(id, 2, 10),
+        client,
+        present,
+        coordinator: None,
+    }
+}
+
+fn observation(orders: Vec<OrderObservation>, sold: i64, spent: i64) -> Observation {
+    Observation {
+        settle: Duration::from_secs(1),
+        prepared_left: BTreeMap::new(),
+        orders,
+        stock: vec![Ledger {
+            id: 0,
+            left: 10 - sold,
+            moved: sold,
+        }],
+        money: vec![Ledger {
+            id: 0,
+            left: 100 - spent,
+            moved: spent,
+        }],
+        before: Totals::default(),
+        after: Totals { sold, spent },
+    }
+}
+
+fn config() -> CheckoutConfig {
+    CheckoutConfig {
+        skus: 1,
+        stock_per_sku: 10,
+        customers: 1,
+        balance_per_customer: 100,
+        ..CheckoutConfig::default()
+    }
+}
+
+fn failed(report: &AuditReport) -> Vec<&'static str> {
+    report
+        .checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.name.split(':').next().unwrap_or(""))
+        .collect()
+}
+
+#[test]
+fn a_consistent_run_passes_every_check() {
+    let orders = vec![
+        seen("a", ClientOutcome::Aborted, [false; 3]),
+        seen("u", ClientOutcome::Unknown, [false; 3]),
+    ];
+    let report = judge(&config(), &observation(orders, 0, 0));
+    assert!(report.all_ok(), "{}", report.failures());
+    assert_eq!((report.applied, report.absent), (0, 2));
+}
+
+#[test]
+fn each_broken_promise_fails_its_own_check() {
+    let torn = vec![seen("t", ClientOutcome::Unknown, [true, false, false])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(torn, 0, 0))),
+        ["atomicity"]
+    );
+
+    let lost = vec![seen("c", ClientOutcome::Committed, [false; 3])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(lost, 0, 0))),
+        ["durability"]
+    );
+
+    // Applied everywhere but the coordinator has no commit: agreement, and the ledgers moved.
+    let unlogged = vec![seen("x", ClientOutcome::Unknown, [true; 3])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(unlogged, 2, 10))),
+        ["agreement"]
+    );
+
+    let doubled = vec![seen("a", ClientOutcome::Aborted, [false; 3])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(doubled, 2, 10))),
+        ["no double apply"]
+    );
+
+    let mut leaking = observation(Vec::new(), 0, 0);
+    leaking.stock[0].left = 9;
+    leaking.prepared_left.insert("inventory", 1);
+    assert_eq!(
+        failed(&judge(&config(), &leaking)),
+        ["liveness", "conservation"]
+    );
+}

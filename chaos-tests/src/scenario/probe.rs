@@ -1,0 +1,185 @@
+//! Exact reads about one transaction, for the crash-point matrix: is its marker present at each
+//! participant, what does the coordinator say, is it still prepared and with which keys locked,
+//! and did the ledgers move by exactly its amount.
+
+use std::time::{Duration, Instant};
+
+use protocol::kv::{PreparedEntry, PreparedList};
+use protocol::{
+    DecisionQueryResponse, DecisionStatus, PrepareRequest, TransactionList, TransactionStatus, Vote,
+};
+
+use crate::checkout::{INVENTORY, Order, PAYMENTS, sold_key, spent_key};
+use crate::oracle::ClusterUrls;
+use crate::oracle::read::{counter, exists, get_json, transaction};
+
+/// Where one order stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxView {
+    /// Marker present at inventory, payments, shipping.
+    pub applied: [bool; 3],
+    /// Prepared (in doubt) at inventory, payments, shipping.
+    pub prepared: [bool; 3],
+    pub coordinator: Option<TransactionStatus>,
+}
+
+impl TxView {
+    pub fn applied_everywhere(&self) -> bool {
+        self.applied.iter().all(|a| *a)
+    }
+    pub fn applied_nowhere(&self) -> bool {
+        self.applied.iter().all(|a| !*a)
+    }
+    pub fn prepared_nowhere(&self) -> bool {
+        self.prepared.iter().all(|p| !*p)
+    }
+}
+
+pub async fn view(client: &reqwest::Client, urls: &ClusterUrls, order: &Order) -> TxView {
+    let mut applied = [false; 3];
+    for (slot, (participant, key)) in applied.iter_mut().zip(order.marker_keys()) {
+        *slot = exists(client, urls.participant(participant), &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut prepared = [false; 3];
+    for (slot, (_, base)) in prepared.iter_mut().zip(urls.participants()) {
+        *slot = prepared_at(client, base)
+            .await
+            .iter()
+            .any(|p| p.txid.as_str() == order.id);
+    }
+    let coordinator = transaction(client, &urls.coordinator, &order.id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    TxView {
+        applied,
+        prepared,
+        coordinator,
+    }
+}
+
+/// Polls [`view`] until `done` holds or `timeout` passes; returns the last view either way.
+pub async fn wait_view(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    order: &Order,
+    timeout: Duration,
+    done: impl Fn(&TxView) -> bool,
+) -> TxView {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let current = view(client, urls, order).await;
+        if done(&current) || Instant::now() >= deadline {
+            return current;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The in-doubt transactions of one participant.
+pub async fn prepared_at(client: &reqwest::Client, base: &str) -> Vec<PreparedEntry> {
+    get_json::<PreparedList>(client, format!("{base}/v1/prepared"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .map(|l| l.prepared)
+        .unwrap_or_default()
+}
+
+/// What the coordinator tells a participant in doubt about `id`.
+pub async fn decision(client: &reqwest::Client, urls: &ClusterUrls, id: &str) -> DecisionStatus {
+    get_json::<DecisionQueryResponse>(
+        client,
+        format!("{}/v1/transactions/{id}/decision", urls.coordinator),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap_or_else(|| panic!("decision query for {id} answered 404"))
+    .decision
+}
+
+/// The order's product's `sold` and customer's `spent` counters.
+pub async fn ledgers(client: &reqwest::Client, urls: &ClusterUrls, order: &Order) -> (i64, i64) {
+    let sold = counter(client, urls.participant(INVENTORY), &sold_key(order.sku))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spent = counter(
+        client,
+        urls.participant(PAYMENTS),
+        &spent_key(order.customer),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    (sold, spent)
+}
+
+/// Sends a prepare that touches `key` straight to a participant, as the coordinator of `entry`
+/// would: a participant holding `key` locked must vote no. Returns the vote.
+pub async fn probe_lock(
+    client: &reqwest::Client,
+    base: &str,
+    entry: &PreparedEntry,
+    probe_txid: &str,
+    key: &str,
+) -> Result<Vote, String> {
+    let payload = serde_json::json!({"ops": [{"op": "put", "key": key, "value": "probe"}]});
+    let request = serde_json::json!({
+        "txid": probe_txid,
+        "coordinator_id": entry.coordinator_id,
+        "epoch": entry.epoch,
+        "payload": payload,
+    });
+    // Type-check the body against the wire type before sending.
+    let _: PrepareRequest =
+        serde_json::from_value(request.clone()).map_err(|e| format!("probe body: {e}"))?;
+    let response = client
+        .post(format!("{base}/2pc/prepare"))
+        .json(&request)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
+}
+
+/// Waits until nothing is in flight: no participant holds a prepared transaction and the
+/// coordinator lists nothing preparing, committing or aborting. `Err` says what was left.
+pub async fn wait_quiescent(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut left = Vec::new();
+        for (name, base) in urls.participants() {
+            let prepared = prepared_at(client, base).await;
+            if !prepared.is_empty() {
+                left.push(format!("{name}: {} prepared", prepared.len()));
+            }
+        }
+        for state in ["preparing", "committing", "aborting"] {
+            let list: Option<TransactionList> = get_json(
+                client,
+                format!("{}/v1/transactions?state={state}", urls.coordinator),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let count = list.map_or(0, |l| l.transactions.len());
+            if count > 0 {
+                left.push(format!("coordinator: {count} {state}"));
+            }
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(left.join(", "));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,185 @@
+//! Simulated time and the message network: one queue of timed events, and a network that
+//! delivers, drops, duplicates, delays (and so reorders) messages by the seeded generator.
+//!
+//! A request goes to a node whatever incarnation is running when it arrives; a response goes
+//! to the incarnation that sent the request (an HTTP response travels on the caller's
+//! connection, so it dies with the caller's process).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use coordinator::engine::Reply as ClientReply;
+use protocol::{Decision, DecisionRequest, DecisionStatus, PrepareRequest, TxId, Vote};
+
+/// Identifies an outstanding request (an HTTP call) so its response and its timeout resolve it
+/// once.
+pub type RequestId = u64;
+
+/// A node's incarnation: rises at every restart.
+pub type Incarnation = u64;
+
+/// Who a message is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Coordinator,
+    Participant(usize),
+}
+
+/// What travels on the network.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// Client -> coordinator: `POST /v1/transactions` (order index, attempt number).
+    Submit { order: usize, attempt: u32 },
+    /// Coordinator -> client: the answer to one attempt.
+    ClientAnswer {
+        order: usize,
+        attempt: u32,
+        reply: ClientReply,
+    },
+    Prepare {
+        rid: RequestId,
+        from: Incarnation,
+        request: PrepareRequest,
+    },
+    /// `Ok(vote)` or a non-vote answer (a rejection: 4xx).
+    PrepareAnswer {
+        rid: RequestId,
+        to: Incarnation,
+        answer: Result<Vote, String>,
+    },
+    Decide {
+        rid: RequestId,
+        from: Incarnation,
+        decision: Decision,
+        request: DecisionRequest,
+    },
+    DecideAnswer {
+        rid: RequestId,
+        to: Incarnation,
+        answer: Result<(), String>,
+    },
+    /// Participant in doubt -> coordinator: `GET /v1/transactions/{txid}/decision`.
+    Query {
+        rid: RequestId,
+        from: (usize, Incarnation),
+        txid: TxId,
+    },
+    QueryAnswer {
+        rid: RequestId,
+        to: Incarnation,
+        txid: TxId,
+        answer: DecisionStatus,
+    },
+}
+
+/// A message: to a node (`Some`) or to a client (`None`).
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub to: Option<Node>,
+    pub body: Body,
+}
+
+/// Everything that can happen at an instant of simulated time.
+#[derive(Debug, Clone)]
+pub enum Ev {
+    Deliver(Msg),
+    /// A timer of one incarnation of a node (dropped if that incarnation died).
+    Timer {
+        node: Node,
+        incarnation: Incarnation,
+        timer: Timer,
+    },
+    /// The disk of a node finishes an fdatasync.
+    DiskSync {
+        node: Node,
+        incarnation: Incarnation,
+    },
+    Crash(Node),
+    Restart(Node),
+    Checkpoint(Node),
+    /// A client sends (or resends) an order.
+    ClientSend {
+        order: usize,
+        attempt: u32,
+    },
+    /// A client gives up waiting for one attempt.
+    ClientTimeout {
+        order: usize,
+        attempt: u32,
+    },
+    /// Faults stop: no more drops, duplicates, crashes; every node comes back.
+    Heal,
+}
+
+#[derive(Debug, Clone)]
+pub enum Timer {
+    PrepareDeadline(TxId),
+    RetryDue(TxId, protocol::ParticipantName),
+    /// An HTTP call's own timeout.
+    RequestTimeout(RequestId),
+    /// A participant's periodic scan for transactions in doubt.
+    Tick,
+}
+
+/// The event queue: earliest first, ties in scheduling order.
+#[derive(Debug, Default)]
+pub struct Queue {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    events: std::collections::BTreeMap<u64, Ev>,
+    next: u64,
+}
+
+impl Queue {
+    pub fn push(&mut self, at_ms: u64, ev: Ev) {
+        let id = self.next;
+        self.next += 1;
+        self.heap.push(Reverse((at_ms, id)));
+        self.events.insert(id, ev);
+    }
+
+    pub fn pop(&mut self) -> Option<(u64, Ev)> {
+        let Reverse((at, id)) = self.heap.pop()?;
+        let ev = self.events.remove(&id)?;
+        Some((at, ev))
+    }
+}
+
+/// How unreliable the network is while faults are on.
+#[derive(Debug, Clone, Copy)]
+pub struct NetFaults {
+    /// Percent of messages lost.
+    pub drop_pct: u32,
+    /// Percent of messages delivered twice.
+    pub dup_pct: u32,
+    /// Most delay of a message; delays are drawn per copy, so messages overtake each other.
+    pub delay_max_ms: u64,
+    /// Percent of messages held far longer (past most timeouts).
+    pub long_delay_pct: u32,
+}
+
+impl NetFaults {
+    pub const NONE: NetFaults = NetFaults {
+        drop_pct: 0,
+        dup_pct: 0,
+        delay_max_ms: 5,
+        long_delay_pct: 0,
+    };
+
+    /// The delivery times of a message sent at `now_ms` (empty: lost).
+    pub fn schedule(&self, rng: &mut fastrand::Rng, now_ms: u64) -> Vec<u64> {
+        if rng.u32(0..100) < self.drop_pct {
+            return Vec::new();
+        }
+        let copies = if rng.u32(0..100) < self.dup_pct { 2 } else { 1 };
+        (0..copies)
+            .map(|_| {
+                let delay = if rng.u32(0..100) < self.long_delay_pct {
+                    rng.u64(self.delay_max_ms..=self.delay_max_ms * 20 + 1)
+                } else {
+                    rng.u64(1..=self.delay_max_ms.max(1))
+                };
+                now_ms + delay
+            })
+            .collect()
+    }
+}

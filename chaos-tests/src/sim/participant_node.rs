@@ -1,0 +1,391 @@
+//! A participant's runtime, modelled: it feeds events to the real pure engine
+//! (`participant::Engine` over the real `KvStore`) and executes its commands with the real
+//! shell's contract: records appended in command order; a reply that follows a forced record
+//! leaves only once that record is durable (a yes only after its Prepared record, an ack only
+//! after its Committed/Aborted record); periodic ticks ask the coordinator about transactions in
+//! doubt. Restart rebuilds the engine from the checkpoint (`Engine::restore`) or the seed, then
+//! `Engine::replay` of every record the disk kept, as `Participant::open` does.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use participant::kv::KvStore;
+use participant::record::Record;
+use participant::snapshot::Snapshot;
+use participant::{Command, Engine, EngineConfig, Event, Reply};
+use protocol::{Decision, TxId, Vote};
+
+use super::Mutation;
+use super::disk::Disk;
+use super::io::Io;
+use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
+
+/// How a transaction ended at a participant, as its log says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Committed,
+    Aborted,
+    /// Voted no (a `Refused` record).
+    Refused,
+}
+
+/// What a checkpoint keeps: the engine's snapshot, and (for the checks) the outcomes of the
+/// records it replaces.
+#[derive(Debug, Clone)]
+pub struct PartSnapshot {
+    pub engine: Snapshot,
+    pub ended: BTreeMap<TxId, Ended>,
+}
+
+#[derive(Debug)]
+pub struct ParticipantNode {
+    pub index: usize,
+    pub config: EngineConfig,
+    pub tick_ms: u64,
+    pub query_timeout_ms: u64,
+    seed: KvStore,
+    pub disk: Disk<Record, PartSnapshot>,
+    pub incarnation: Incarnation,
+    pub engine: Option<Engine<KvStore>>,
+    /// Outcomes in the current log (snapshot included); rebuilt from what a crash kept.
+    pub ended: BTreeMap<TxId, Ended>,
+    /// A txid that ended two ways in this participant's log.
+    pub conflict: Option<String>,
+    /// Replies waiting for their forced record: (sequence number, message).
+    reply_waits: Vec<(u64, Msg)>,
+    queries: BTreeMap<RequestId, TxId>,
+    sync_scheduled: bool,
+    /// Bumped whenever the log or the engine's store may have changed; `checked` is the value
+    /// the last store check saw.
+    pub changes: Cell<u64>,
+    pub checked: Cell<u64>,
+}
+
+impl ParticipantNode {
+    pub fn new(index: usize, config: EngineConfig, seed: KvStore) -> Self {
+        Self {
+            index,
+            config,
+            tick_ms: 250,
+            query_timeout_ms: 300,
+            seed,
+            disk: Disk::new(),
+            incarnation: 0,
+            engine: None,
+            ended: BTreeMap::new(),
+            conflict: None,
+            reply_waits: Vec::new(),
+            queries: BTreeMap::new(),
+            sync_scheduled: false,
+            changes: Cell::new(1),
+            checked: Cell::new(0),
+        }
+    }
+
+    fn changed(&self) {
+        self.changes.set(self.changes.get() + 1);
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.engine.is_some()
+    }
+
+    fn node(&self) -> Node {
+        Node::Participant(self.index)
+    }
+
+    fn note_ended(&mut self, txid: &TxId, ended: Ended) {
+        match self.ended.get(txid) {
+            Some(old) if *old != ended => {
+                // Refused then prepared again is impossible while the tombstone lives; anything
+                // else ending twice differently is a broken promise.
+                self.conflict.get_or_insert_with(|| {
+                    format!(
+                        "participant {} logged {txid} as {old:?} and then as {ended:?}",
+                        self.index
+                    )
+                });
+            }
+            Some(_) => {}
+            None => {
+                self.ended.insert(txid.clone(), ended);
+            }
+        }
+    }
+
+    fn note_record(&mut self, record: &Record) {
+        match record {
+            Record::Committed { txid, .. } => self.note_ended(&txid.clone(), Ended::Committed),
+            Record::Aborted { txid, .. } => self.note_ended(&txid.clone(), Ended::Aborted),
+            Record::Refused { txid, .. } => self.note_ended(&txid.clone(), Ended::Refused),
+            Record::Prepared { .. } | Record::Fence { .. } => {}
+        }
+    }
+
+    /// The outcomes the log holds now (after a crash cut it back).
+    fn rebuild_ended(&mut self) {
+        self.ended = self
+            .disk
+            .snapshot()
+            .map(|snap| snap.ended.clone())
+            .unwrap_or_default();
+        for record in self.disk.records().to_vec() {
+            self.note_record(&record);
+        }
+    }
+
+    /// (Re)starts from what the disk holds.
+    pub fn start(&mut self, io: &mut Io) -> Result<(), String> {
+        self.incarnation += 1;
+        let mut engine = match self.disk.snapshot() {
+            Some(snap) => Engine::restore(self.config.clone(), snap.engine.clone())
+                .map_err(|e| format!("participant {} restore: {e}", self.index))?,
+            None => Engine::new(self.config.clone(), self.seed.clone()),
+        };
+        for record in self.disk.records() {
+            engine
+                .replay(record.clone())
+                .map_err(|e| format!("participant {} replay: {e}", self.index))?;
+        }
+        self.rebuild_ended();
+        self.changed();
+        // Opening the log fsyncs what survived.
+        self.disk.sync();
+        self.engine = Some(engine);
+        io.note(|| format!("participant {} up", self.index));
+        self.arm_tick(io);
+        Ok(())
+    }
+
+    pub fn crash(&mut self, extra: usize) {
+        self.disk.crash(extra);
+        self.rebuild_ended();
+        self.changed();
+        self.engine = None;
+        self.reply_waits.clear();
+        self.queries.clear();
+        self.sync_scheduled = false;
+    }
+
+    pub fn checkpoint(&mut self, io: &mut Io) {
+        let Some(engine) = &self.engine else { return };
+        let snapshot = PartSnapshot {
+            engine: engine.snapshot(),
+            ended: self.ended.clone(),
+        };
+        self.disk.checkpoint(snapshot);
+        io.note(|| format!("participant {} checkpoint", self.index));
+        self.release_replies(io);
+    }
+
+    pub fn disk_synced(&mut self, io: &mut Io) {
+        self.sync_scheduled = false;
+        if !self.is_up() {
+            return;
+        }
+        self.disk.sync();
+        self.release_replies(io);
+    }
+
+    fn release_replies(&mut self, io: &mut Io) {
+        let durable = self.disk.durable_seq();
+        let (ready, waiting): (Vec<_>, Vec<_>) = self
+            .reply_waits
+            .drain(..)
+            .partition(|(seq, _)| *seq <= durable);
+        self.reply_waits = waiting;
+        for (_, msg) in ready {
+            io.send(msg);
+        }
+    }
+
+    fn arm_tick(&self, io: &mut Io) {
+        io.after(
+            self.tick_ms,
+            Ev::Timer {
+                node: self.node(),
+                incarnation: self.incarnation,
+                timer: Timer::Tick,
+            },
+        );
+    }
+
+    pub fn deliver(&mut self, io: &mut Io, body: Body) {
+        if !self.is_up() {
+            return;
+        }
+        match body {
+            Body::Prepare { rid, from, request } => {
+                let reply = self.step(
+                    io,
+                    Event::Prepare {
+                        request,
+                        now_ms: io.now_ms,
+                    },
+                );
+                let is_yes = matches!(reply, Some((Reply::Vote(Vote::Yes), _)));
+                let answer = match reply {
+                    Some((Reply::Vote(vote), wait)) => (Ok(vote), wait),
+                    Some((Reply::Reject(r), wait)) => (Err(r.to_string()), wait),
+                    Some((Reply::Ack, wait)) => (Err("ack to a prepare".into()), wait),
+                    None => return,
+                };
+                let msg = Msg {
+                    to: Some(Node::Coordinator),
+                    body: Body::PrepareAnswer {
+                        rid,
+                        to: from,
+                        answer: answer.0,
+                    },
+                };
+                // The mutation: a yes leaves before its Prepared record is durable.
+                let early = is_yes && io.mutation == Mutation::VoteBeforePreparedDurable;
+                self.reply(io, msg, if early { None } else { answer.1 });
+            }
+            Body::Decide {
+                rid,
+                from,
+                decision,
+                request,
+            } => {
+                let now_ms = io.now_ms;
+                let event = match decision {
+                    Decision::Commit => Event::Commit { request, now_ms },
+                    Decision::Abort => Event::Abort { request, now_ms },
+                };
+                let (answer, wait) = match self.step(io, event) {
+                    Some((Reply::Ack, wait)) => (Ok(()), wait),
+                    Some((Reply::Reject(r), wait)) => (Err(r.to_string()), wait),
+                    Some((Reply::Vote(_), wait)) => (Err("vote to a decision".into()), wait),
+                    None => return,
+                };
+                let msg = Msg {
+                    to: Some(Node::Coordinator),
+                    body: Body::DecideAnswer {
+                        rid,
+                        to: from,
+                        answer,
+                    },
+                };
+                self.reply(io, msg, wait);
+            }
+            Body::QueryAnswer {
+                rid,
+                to,
+                txid: _,
+                answer,
+            } if to == self.incarnation => {
+                if let Some(txid) = self.queries.remove(&rid) {
+                    let entropy = io.rng.u64(..);
+                    self.step(
+                        io,
+                        Event::DecisionAnswer {
+                            txid,
+                            answer: Some(answer),
+                            now_ms: io.now_ms,
+                            entropy,
+                        },
+                    );
+                }
+            }
+            Body::QueryAnswer { .. }
+            | Body::Submit { .. }
+            | Body::ClientAnswer { .. }
+            | Body::PrepareAnswer { .. }
+            | Body::DecideAnswer { .. }
+            | Body::Query { .. } => {}
+        }
+    }
+
+    fn reply(&mut self, io: &mut Io, msg: Msg, wait: Option<u64>) {
+        match wait {
+            Some(seq) if seq > self.disk.durable_seq() => self.reply_waits.push((seq, msg)),
+            Some(_) | None => io.send(msg),
+        }
+    }
+
+    pub fn timer(&mut self, io: &mut Io, incarnation: Incarnation, timer: Timer) {
+        if !self.is_up() || incarnation != self.incarnation {
+            return;
+        }
+        match timer {
+            Timer::Tick => {
+                self.step(io, Event::Tick { now_ms: io.now_ms });
+                self.arm_tick(io);
+            }
+            Timer::RequestTimeout(rid) => {
+                if let Some(txid) = self.queries.remove(&rid) {
+                    let entropy = io.rng.u64(..);
+                    self.step(
+                        io,
+                        Event::DecisionAnswer {
+                            txid,
+                            answer: None,
+                            now_ms: io.now_ms,
+                            entropy,
+                        },
+                    );
+                }
+            }
+            Timer::PrepareDeadline(_) | Timer::RetryDue(..) => {}
+        }
+    }
+
+    /// Steps the engine; executes logs and asks; returns the reply with the sequence number of
+    /// the last forced record it must wait for.
+    fn step(&mut self, io: &mut Io, event: Event) -> Option<(Reply, Option<u64>)> {
+        let engine = self.engine.as_mut()?;
+        let commands = engine.step(event);
+        let mut wait = None;
+        let mut reply = None;
+        for command in commands {
+            match command {
+                Command::Log { record, forced } => {
+                    self.changed();
+                    self.note_record(&record);
+                    let seq = self.disk.append(record);
+                    if forced {
+                        wait = Some(seq);
+                        self.schedule_sync(io);
+                    }
+                }
+                Command::Reply(r) => reply = Some(r),
+                Command::AskDecision { txid } => {
+                    let rid = io.rid();
+                    self.queries.insert(rid, txid.clone());
+                    io.send(Msg {
+                        to: Some(Node::Coordinator),
+                        body: Body::Query {
+                            rid,
+                            from: (self.index, self.incarnation),
+                            txid,
+                        },
+                    });
+                    io.after(
+                        self.query_timeout_ms,
+                        Ev::Timer {
+                            node: self.node(),
+                            incarnation: self.incarnation,
+                            timer: Timer::RequestTimeout(rid),
+                        },
+                    );
+                }
+            }
+        }
+        reply.map(|r| (r, wait))
+    }
+
+    fn schedule_sync(&mut self, io: &mut Io) {
+        if !self.sync_scheduled {
+            self.sync_scheduled = true;
+            let delay = io.rng.u64(0..=io.sync_max_ms);
+            io.after(
+                delay,
+                Ev::DiskSync {
+                    node: self.node(),
+                    incarnation: self.incarnation,
+                },
+            );
+        }
+    }
+}

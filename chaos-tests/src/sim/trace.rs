@@ -1,0 +1,113 @@
+//! The step trace a failure prints, and the description of what is stuck when a run does not
+//! settle.
+
+use coordinator::engine::Reply as ClientReply;
+
+use super::net::{Body, Ev};
+use super::world::World;
+
+impl World {
+    pub(super) fn remember(&mut self, line: String, notes: Vec<String>) {
+        let line = if notes.is_empty() {
+            line
+        } else {
+            format!("{line} [{}]", notes.join("; "))
+        };
+        self.trace.push_back(line);
+        while self.trace.len() > self.trace_keep {
+            self.trace.pop_front();
+        }
+    }
+
+    pub(super) fn stuck(&self) -> String {
+        let mut out = Vec::new();
+        match &self.coordinator.engine {
+            Some(engine) => {
+                let g = engine.gauges();
+                out.push(format!(
+                    "coordinator: {} preparing, {} committing, {} aborting, {} pending acks",
+                    g.preparing, g.committing, g.aborting, g.pending_acks
+                ));
+                for status in engine.list(None, 20) {
+                    if status.ended_at_ms.is_none() {
+                        out.push(format!(
+                            "  {} {:?} last errors {:?}",
+                            status.id,
+                            status.state,
+                            status
+                                .participants
+                                .iter()
+                                .map(|p| (p.name.as_str(), p.acked, p.last_error.clone()))
+                                .collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            }
+            None => out.push("coordinator down".into()),
+        }
+        for p in &self.participants {
+            match &p.engine {
+                Some(engine) => {
+                    for entry in engine.prepared_list() {
+                        out.push(format!(
+                            "participant {} in doubt on {}",
+                            p.index, entry.txid
+                        ));
+                    }
+                }
+                None => out.push(format!("participant {} down", p.index)),
+            }
+        }
+        for c in &self.clients {
+            if c.busy {
+                out.push(format!("client {} still waiting", c.order.id));
+            }
+        }
+        out.join("\n")
+    }
+}
+
+pub(super) fn describe(ev: &Ev) -> String {
+    match ev {
+        Ev::Deliver(msg) => {
+            let to = match msg.to {
+                Some(node) => format!("{node:?}"),
+                None => "client".into(),
+            };
+            let what = match &msg.body {
+                Body::Submit { order, attempt } => format!("submit o-{order} attempt {attempt}"),
+                Body::ClientAnswer { order, reply, .. } => match reply {
+                    ClientReply::Outcome(r) => format!("answer o-{order}: {:?}", r.outcome),
+                    other => format!("answer o-{order}: {other:?}"),
+                },
+                Body::Prepare { rid, request, .. } => {
+                    format!(
+                        "prepare {} (rid {rid}, epoch {})",
+                        request.txid, request.epoch
+                    )
+                }
+                Body::PrepareAnswer { rid, answer, .. } => format!("vote {answer:?} (rid {rid})"),
+                Body::Decide {
+                    rid,
+                    decision,
+                    request,
+                    ..
+                } => format!("{decision:?} {} (rid {rid})", request.txid),
+                Body::DecideAnswer { rid, answer, .. } => format!("ack {answer:?} (rid {rid})"),
+                Body::Query { txid, from, .. } => format!("query {txid} from {}", from.0),
+                Body::QueryAnswer { txid, answer, .. } => format!("decision {txid}: {answer:?}"),
+            };
+            format!("deliver to {to}: {what}")
+        }
+        Ev::Timer { node, timer, .. } => format!("timer {node:?} {timer:?}"),
+        Ev::DiskSync { node, .. } => format!("fdatasync {node:?}"),
+        Ev::Crash(node) => format!("crash {node:?}"),
+        Ev::Restart(node) => format!("restart {node:?}"),
+        Ev::Checkpoint(node) => format!("checkpoint {node:?}"),
+        Ev::ClientSend { order, attempt } => format!("client sends o-{order} attempt {attempt}"),
+        Ev::ClientTimeout { order, attempt } => {
+            format!("client timeout o-{order} attempt {attempt}")
+        }
+        Ev::Heal => "faults stop; every node restarts".into(),
+    }
+}

@@ -1,0 +1,502 @@
+//! The scheduler: one seeded run of a coordinator, three participants and the checkout clients,
+//! event by event in simulated time, with the invariants checked after every step.
+
+use std::collections::VecDeque;
+
+use coordinator::digest::Digest;
+use coordinator::engine::{EngineConfig as CoordConfig, Reply as ClientReply, WaitFor};
+use participant::EngineConfig as PartConfig;
+use participant::kv::KvStore;
+use protocol::{Outcome, ParticipantName, TxId};
+
+use super::coordinator_node::{CoordinatorNode, SubmitTx};
+use super::io::Io;
+use super::net::{Body, Ev, NetFaults, Node, Queue};
+use super::participant_node::ParticipantNode;
+use super::{Failure, RunStats, SimConfig};
+use crate::checkout::{self, CheckoutConfig, Order};
+
+/// The checkout orders as the clients see them.
+#[derive(Debug)]
+pub struct Client {
+    pub order: Order,
+    pub tx: SubmitTx,
+    /// The outcome the client saw (the first answer; any later one must match).
+    pub observed: Option<Outcome>,
+    pub attempts: u32,
+    /// An attempt is waiting for an answer or a retry is scheduled.
+    pub busy: bool,
+    /// Per participant, the key whose presence says the order was applied there.
+    pub markers: [String; 3],
+}
+
+/// The conservation keys: (stock, sold) per sku and (balance, spent) per customer.
+#[derive(Debug)]
+pub struct ShopKeys {
+    pub stock: Vec<(String, String)>,
+    pub money: Vec<(String, String)>,
+}
+
+#[derive(Debug)]
+pub struct World {
+    pub seed: u64,
+    pub config: SimConfig,
+    pub shop: CheckoutConfig,
+    pub keys: ShopKeys,
+    pub io: Io,
+    pub queue: Queue,
+    pub coordinator: CoordinatorNode,
+    pub participants: Vec<ParticipantNode>,
+    pub clients: Vec<Client>,
+    pub faults: NetFaults,
+    /// Percent of node steps right after which that node crashes (a crash point anywhere).
+    pub crash_after_step_pct: u32,
+    pub healed: bool,
+    pub heal_at_ms: u64,
+    pub trace: VecDeque<String>,
+    pub trace_keep: usize,
+    pub steps: u64,
+    pub stats: RunStats,
+    /// A violation seen while handling an event (reported by the next check).
+    pub problem: Option<(&'static str, String)>,
+}
+
+/// Steps kept in a failure's trace (`TWOPC_SIM_TRACE=N` for more).
+const TRACE_KEEP: usize = 40;
+const STEPS_MAX: u64 = 400_000;
+const CLIENT_ATTEMPTS_MAX: u32 = 4;
+const CLIENT_TIMEOUT_MS: u64 = 1_500;
+
+impl World {
+    pub fn new(seed: u64, config: SimConfig, tracing: bool) -> Self {
+        let mut io = Io::new(seed, config.mutation);
+        io.tracing = tracing;
+        let rng = &mut io.rng;
+        let shop = CheckoutConfig {
+            skus: 3,
+            stock_per_sku: rng.i64(2..=6),
+            customers: 3,
+            balance_per_customer: rng.i64(20..=80),
+            max_quantity: 3,
+            max_unit_price: 20,
+        };
+        let faulty = config.faults;
+        let faults = if faulty {
+            NetFaults {
+                drop_pct: rng.u32(0..=20),
+                dup_pct: rng.u32(0..=15),
+                delay_max_ms: rng.u64(1..=60),
+                long_delay_pct: rng.u32(0..=5),
+            }
+        } else {
+            NetFaults::NONE
+        };
+        io.sync_max_ms = io.rng.u64(0..=12);
+        let crash_after_step_pct = if faulty { io.rng.u32(0..=3) } else { 0 };
+        let names: Vec<ParticipantName> = [
+            crate::checkout::INVENTORY,
+            crate::checkout::PAYMENTS,
+            crate::checkout::SHIPPING,
+        ]
+        .iter()
+        .map(|n| ParticipantName::new(*n).expect("constant names are valid"))
+        .collect();
+        let coordinator = CoordinatorNode::new(
+            CoordConfig {
+                retry_base_ms: 50,
+                retry_max_ms: 800,
+                retained_max: 10_000,
+            },
+            names.clone(),
+        );
+        let part_config = PartConfig {
+            in_doubt_after_ms: 300,
+            decision_backoff_base_ms: 50,
+            decision_backoff_max_ms: 800,
+            tombstone_retention_ms: u64::MAX / 4,
+            tombstones_max: 1_000_000,
+        };
+        let participants = shop
+            .seeds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, seed_json))| {
+                let bytes = serde_json::to_vec(&seed_json).unwrap_or_default();
+                let store = KvStore::from_seed(&bytes).unwrap_or_default();
+                ParticipantNode::new(i, part_config.clone(), store)
+            })
+            .collect();
+        let mut clients = Vec::new();
+        for index in 0..config.orders {
+            let order = shop.order("o", index as u64, &mut io.rng);
+            let participants = order
+                .payloads()
+                .into_iter()
+                .map(|(name, payload)| {
+                    (
+                        ParticipantName::new(name).expect("constant names are valid"),
+                        serde_json::to_value(payload).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let wait = if io.rng.u32(0..4) == 0 {
+                WaitFor::Acked
+            } else {
+                WaitFor::Decision
+            };
+            let tx = SubmitTx {
+                txid: TxId::new(order.id.clone()).expect("order ids are valid"),
+                digest: Digest(index as u128 + 1),
+                participants,
+                timeout_ms: io.rng.u64(60..=400),
+                wait,
+            };
+            let markers = order.marker_keys().map(|(_, key)| key);
+            clients.push(Client {
+                markers,
+                order,
+                tx,
+                observed: None,
+                attempts: 0,
+                busy: true,
+            });
+        }
+        let heal_at_ms = config.fault_window_ms;
+        let keys = ShopKeys {
+            stock: (0..shop.skus)
+                .map(|s| (checkout::stock_key(s), checkout::sold_key(s)))
+                .collect(),
+            money: (0..shop.customers)
+                .map(|c| (checkout::balance_key(c), checkout::spent_key(c)))
+                .collect(),
+        };
+        let mut world = World {
+            seed,
+            config,
+            shop,
+            keys,
+            io,
+            queue: Queue::default(),
+            coordinator,
+            participants,
+            clients,
+            faults,
+            crash_after_step_pct,
+            healed: !faulty,
+            heal_at_ms,
+            trace: VecDeque::new(),
+            trace_keep: std::env::var("TWOPC_SIM_TRACE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(TRACE_KEEP),
+            steps: 0,
+            stats: RunStats::default(),
+            problem: None,
+        };
+        world.schedule_start();
+        world
+    }
+
+    fn schedule_start(&mut self) {
+        let window = self.config.fault_window_ms;
+        self.queue.push(0, Ev::Restart(Node::Coordinator));
+        for i in 0..self.participants.len() {
+            self.queue.push(0, Ev::Restart(Node::Participant(i)));
+        }
+        for order in 0..self.clients.len() {
+            let at = self.io.rng.u64(1..=window / 2);
+            self.queue.push(at, Ev::ClientSend { order, attempt: 1 });
+        }
+        if self.config.faults {
+            for _ in 0..self.io.rng.u32(0..=4) {
+                let at = self.io.rng.u64(1..window);
+                let node = self.random_node();
+                self.queue.push(at, Ev::Crash(node));
+            }
+            for _ in 0..self.io.rng.u32(0..=3) {
+                let at = self.io.rng.u64(1..window);
+                let node = self.random_node();
+                self.queue.push(at, Ev::Checkpoint(node));
+            }
+            self.queue.push(window, Ev::Heal);
+        }
+    }
+
+    fn random_node(&mut self) -> Node {
+        match self.io.rng.usize(0..=self.participants.len()) {
+            0 => Node::Coordinator,
+            i => Node::Participant(i - 1),
+        }
+    }
+
+    /// Runs to quiescence after the faults heal; checks every invariant after every step.
+    pub fn run(&mut self) -> Result<RunStats, Failure> {
+        while let Some((at_ms, ev)) = self.queue.pop() {
+            self.io.now_ms = at_ms;
+            self.steps += 1;
+            let what = self.io.tracing.then(|| super::trace::describe(&ev));
+            self.handle(ev)
+                .map_err(|detail| self.failure("startup", detail))?;
+            if let Some(what) = what {
+                let notes: Vec<String> = self.io.notes.drain(..).collect();
+                self.remember(format!("#{} t={at_ms}ms {what}", self.steps), notes);
+            }
+            self.flush();
+            self.check()
+                .map_err(|(inv, detail)| self.failure(inv, detail))?;
+            if self.healed && self.quiescent() {
+                self.check_final()
+                    .map_err(|(inv, detail)| self.failure(inv, detail))?;
+                self.stats.steps = self.steps;
+                self.stats.sim_ms = at_ms;
+                return Ok(self.stats);
+            }
+            if self.steps > STEPS_MAX || at_ms > self.heal_at_ms + self.config.quiesce_bound_ms {
+                let detail = self.stuck();
+                return Err(self.failure("liveness", detail));
+            }
+        }
+        let detail = self.stuck();
+        Err(self.failure("liveness", format!("the event queue ran dry: {detail}")))
+    }
+
+    fn failure(&self, invariant: &str, detail: String) -> Failure {
+        Failure {
+            seed: self.seed,
+            mutation: self.config.mutation,
+            orders: self.config.orders,
+            invariant: invariant.to_string(),
+            detail,
+            step: self.steps,
+            now_ms: self.io.now_ms,
+            trace: self.trace.iter().cloned().collect(),
+        }
+    }
+
+    /// Hands the outboxes to the network and the queue; maybe crashes a node that just acted.
+    fn flush(&mut self) {
+        let faults = if self.healed {
+            NetFaults::NONE
+        } else {
+            self.faults
+        };
+        for msg in std::mem::take(&mut self.io.msgs) {
+            self.stats.messages += 1;
+            let times = faults.schedule(&mut self.io.rng, self.io.now_ms);
+            match times.len() {
+                0 => self.stats.dropped += 1,
+                1 => {}
+                _ => self.stats.duplicated += 1,
+            }
+            for at in times {
+                self.queue.push(at, Ev::Deliver(msg.clone()));
+            }
+        }
+        for (at, ev) in std::mem::take(&mut self.io.events) {
+            self.queue.push(at, ev);
+        }
+    }
+
+    fn maybe_crash_after(&mut self, node: Node) {
+        if !self.healed && self.io.rng.u32(0..100) < self.crash_after_step_pct {
+            self.queue.push(self.io.now_ms, Ev::Crash(node));
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) -> Result<(), String> {
+        match ev {
+            Ev::Deliver(msg) => match msg.to {
+                None => self.client_answer(msg.body),
+                Some(Node::Coordinator) => {
+                    if let Body::Submit { order, attempt } = msg.body {
+                        if self.coordinator.is_up() {
+                            let tx = self.clients[order].tx.clone();
+                            self.coordinator.submit(&mut self.io, order, attempt, &tx);
+                        }
+                    } else {
+                        self.coordinator.deliver(&mut self.io, msg.body);
+                    }
+                    self.maybe_crash_after(Node::Coordinator);
+                }
+                Some(Node::Participant(i)) => {
+                    self.participants[i].deliver(&mut self.io, msg.body);
+                    self.maybe_crash_after(Node::Participant(i));
+                }
+            },
+            Ev::Timer {
+                node,
+                incarnation,
+                timer,
+            } => match node {
+                Node::Coordinator => self.coordinator.timer(&mut self.io, incarnation, timer),
+                Node::Participant(i) => {
+                    self.participants[i].timer(&mut self.io, incarnation, timer)
+                }
+            },
+            Ev::DiskSync { node, incarnation } => match node {
+                Node::Coordinator if incarnation == self.coordinator.incarnation => {
+                    self.coordinator.disk_synced(&mut self.io);
+                    self.maybe_crash_after(node);
+                }
+                Node::Participant(i) if incarnation == self.participants[i].incarnation => {
+                    self.participants[i].disk_synced(&mut self.io);
+                    self.maybe_crash_after(node);
+                }
+                Node::Coordinator | Node::Participant(_) => {}
+            },
+            Ev::Crash(node) => self.crash(node),
+            Ev::Restart(node) => self.restart(node)?,
+            Ev::Checkpoint(node) => match node {
+                Node::Coordinator => self.coordinator.checkpoint(&mut self.io),
+                Node::Participant(i) => self.participants[i].checkpoint(&mut self.io),
+            },
+            Ev::ClientSend { order, attempt } => {
+                let client = &mut self.clients[order];
+                client.attempts = attempt;
+                self.io.send(super::net::Msg {
+                    to: Some(Node::Coordinator),
+                    body: Body::Submit { order, attempt },
+                });
+                self.io
+                    .after(CLIENT_TIMEOUT_MS, Ev::ClientTimeout { order, attempt });
+            }
+            Ev::ClientTimeout { order, attempt } => {
+                let client = &mut self.clients[order];
+                if client.observed.is_none() && client.attempts == attempt {
+                    if attempt < CLIENT_ATTEMPTS_MAX {
+                        let backoff = self.io.rng.u64(10..=500);
+                        self.io.after(
+                            backoff,
+                            Ev::ClientSend {
+                                order,
+                                attempt: attempt + 1,
+                            },
+                        );
+                    } else {
+                        // Gives up: the outcome stays unknown to this client (never assumed).
+                        client.busy = false;
+                    }
+                }
+            }
+            Ev::Heal => {
+                self.healed = true;
+                if !self.coordinator.is_up() {
+                    self.restart(Node::Coordinator)?;
+                }
+                for i in 0..self.participants.len() {
+                    if !self.participants[i].is_up() {
+                        self.restart(Node::Participant(i))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, node: Node) {
+        if self.healed {
+            return;
+        }
+        // Half the time a power loss (only synced records survive), otherwise a process crash
+        // that keeps some of what was written after the last sync.
+        let power_loss = self.io.rng.bool();
+        let unsynced = match node {
+            Node::Coordinator => self.coordinator.disk.unsynced(),
+            Node::Participant(i) => self.participants[i].disk.unsynced(),
+        };
+        let extra = if power_loss {
+            0
+        } else {
+            self.io.rng.usize(0..=unsynced)
+        };
+        let up = match node {
+            Node::Coordinator => self.coordinator.is_up(),
+            Node::Participant(i) => self.participants[i].is_up(),
+        };
+        if !up {
+            return;
+        }
+        self.stats.crashes += 1;
+        self.io
+            .note(|| format!("{node:?} crashes, keeping {extra} of {unsynced} unsynced records"));
+        match node {
+            Node::Coordinator => self.coordinator.crash(extra),
+            Node::Participant(i) => self.participants[i].crash(extra),
+        }
+        let downtime = self.io.rng.u64(20..=600);
+        self.io.after(downtime, Ev::Restart(node));
+    }
+
+    fn restart(&mut self, node: Node) -> Result<(), String> {
+        match node {
+            Node::Coordinator if !self.coordinator.is_up() => {
+                self.coordinator.start(&mut self.io);
+            }
+            Node::Participant(i) if !self.participants[i].is_up() => {
+                self.participants[i].start(&mut self.io)?;
+            }
+            Node::Coordinator | Node::Participant(_) => {}
+        }
+        Ok(())
+    }
+
+    fn client_answer(&mut self, body: Body) {
+        let Body::ClientAnswer {
+            order,
+            attempt,
+            reply,
+        } = body
+        else {
+            return;
+        };
+        let client = &mut self.clients[order];
+        let outcome = match reply {
+            ClientReply::Outcome(response) => Ok(response.outcome),
+            ClientReply::Conflict { txid } => Err(format!("409 conflict for {txid}")),
+            ClientReply::LogFailed { error } => Err(format!("log failed: {error}")),
+        };
+        match outcome {
+            Ok(outcome) => {
+                if let Some(seen) = client.observed
+                    && seen != outcome
+                {
+                    self.problem = Some((
+                        "durability",
+                        format!(
+                            "client saw two outcomes for {}: {seen:?}, then {outcome:?}",
+                            client.order.id
+                        ),
+                    ));
+                    return;
+                }
+                client.observed = Some(outcome);
+                client.busy = false;
+                self.io.note(|| {
+                    format!(
+                        "client {} attempt {attempt} sees {outcome:?}",
+                        client.order.id
+                    )
+                });
+            }
+            Err(e) => {
+                self.problem = Some((
+                    "client contract",
+                    format!("client {} got {e}", client.order.id),
+                ));
+            }
+        }
+    }
+
+    fn quiescent(&self) -> bool {
+        let Some(engine) = &self.coordinator.engine else {
+            return false;
+        };
+        let g = engine.gauges();
+        g.preparing + g.committing + g.aborting + g.pending_acks == 0
+            && self
+                .participants
+                .iter()
+                .all(|p| p.engine.as_ref().is_some_and(|e| e.prepared_len() == 0))
+            && self.clients.iter().all(|c| !c.busy)
+    }
+}

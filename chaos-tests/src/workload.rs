@@ -1,0 +1,202 @@
+//! Runs checkout orders against a coordinator with bounded concurrency and records what the
+//! client heard for each: `Committed`, `Aborted`, or `Unknown` when no answer came within the
+//! retry window. An order whose answer was lost (the coordinator crashed, the connection broke)
+//! is sent again with the same id, its idempotency key, so it learns its real outcome instead
+//! of being guessed.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use protocol::{Outcome, TransactionResponse};
+
+use crate::checkout::{CheckoutConfig, Order};
+use crate::oracle::ClientOutcome;
+
+/// How to reach the coordinator and how patient to be.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    pub coordinator_url: String,
+    /// The transaction's prepare-phase timeout (`timeout_ms` in the request).
+    pub prepare_timeout_ms: u64,
+    /// One HTTP attempt gives up after this.
+    pub request_timeout: Duration,
+    /// How long an order keeps resending through coordinator downtime before it is `Unknown`.
+    /// Zero: one attempt only.
+    pub retry_window: Duration,
+    /// Orders in flight at once.
+    pub concurrency: usize,
+}
+
+impl WorkloadOptions {
+    pub fn new(coordinator_url: &str) -> WorkloadOptions {
+        WorkloadOptions {
+            coordinator_url: coordinator_url.to_string(),
+            prepare_timeout_ms: 3_000,
+            request_timeout: Duration::from_secs(20),
+            retry_window: Duration::from_secs(60),
+            concurrency: 4,
+        }
+    }
+}
+
+/// What one order came to.
+#[derive(Debug, Clone)]
+pub struct OrderResult {
+    pub order: Order,
+    pub outcome: ClientOutcome,
+    /// The coordinator's answer, when one came.
+    pub answer: Option<TransactionResponse>,
+    /// The last error for an order that never got an answer.
+    pub error: Option<String>,
+    pub attempts: u32,
+}
+
+/// `count` orders of run `run`, replayable from `seed`.
+pub fn orders(config: &CheckoutConfig, run: &str, seed: u64, count: u64) -> Vec<Order> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..count).map(|i| config.order(run, i, &mut rng)).collect()
+}
+
+/// Sends one order until it has an answer or the retry window closes.
+pub async fn run_order(
+    client: &reqwest::Client,
+    options: &WorkloadOptions,
+    order: Order,
+) -> OrderResult {
+    let url = format!("{}/v1/transactions", options.coordinator_url);
+    let body = order.request(options.prepare_timeout_ms);
+    let deadline = Instant::now() + options.retry_window;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let sent = client
+            .post(&url)
+            .timeout(options.request_timeout)
+            .json(&body)
+            .send()
+            .await;
+        let error = match sent {
+            Ok(response) if response.status().is_success() => {
+                match response.json::<TransactionResponse>().await {
+                    Ok(answer) => {
+                        let outcome = match answer.outcome {
+                            Outcome::Committed => ClientOutcome::Committed,
+                            Outcome::Aborted => ClientOutcome::Aborted,
+                        };
+                        return OrderResult {
+                            order,
+                            outcome,
+                            answer: Some(answer),
+                            error: None,
+                            attempts,
+                        };
+                    }
+                    Err(e) => format!("unreadable answer: {e}"),
+                }
+            }
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                // 503 is "recovering" or "log failed": worth waiting for. Anything else says
+                // the request itself is wrong, and resending will not help.
+                if status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                    return unknown(order, format!("{status}: {text}"), attempts);
+                }
+                format!("{status}: {text}")
+            }
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return unknown(order, error, attempts);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn unknown(order: Order, error: String, attempts: u32) -> OrderResult {
+    OrderResult {
+        order,
+        outcome: ClientOutcome::Unknown,
+        answer: None,
+        error: Some(error),
+        attempts,
+    }
+}
+
+/// Runs every order with at most `options.concurrency` in flight; results in order id order.
+pub async fn run_orders(
+    client: reqwest::Client,
+    options: WorkloadOptions,
+    orders: Vec<Order>,
+) -> Vec<OrderResult> {
+    let options = Arc::new(options);
+    let queue = Arc::new(Mutex::new(orders.into_iter()));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..options.concurrency.max(1) {
+        let (client, options, queue) = (client.clone(), options.clone(), queue.clone());
+        workers.spawn(async move {
+            let mut results = Vec::new();
+            loop {
+                let next = queue.lock().ok().and_then(|mut q| q.next());
+                let Some(order) = next else { break };
+                results.push(run_order(&client, &options, order).await);
+            }
+            results
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(joined) = workers.join_next().await {
+        if let Ok(results) = joined {
+            all.extend(results);
+        }
+    }
+    all.sort_by(|a, b| a.order.id.cmp(&b.order.id));
+    all
+}
+
+/// Runs orders of run `run` (the same sequence as [`orders`] with `seed`) with
+/// `options.concurrency` in flight until `stop` is set; every order started is finished.
+pub async fn run_until_stopped(
+    client: reqwest::Client,
+    options: WorkloadOptions,
+    config: CheckoutConfig,
+    run: String,
+    seed: u64,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<OrderResult> {
+    let options = Arc::new(options);
+    let source = Arc::new(Mutex::new((fastrand::Rng::with_seed(seed), 0u64)));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..options.concurrency.max(1) {
+        let (client, options, source, stop, config, run) = (
+            client.clone(),
+            options.clone(),
+            source.clone(),
+            stop.clone(),
+            config.clone(),
+            run.clone(),
+        );
+        workers.spawn(async move {
+            let mut results = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let next = source.lock().ok().map(|mut s| {
+                    let (rng, index) = &mut *s;
+                    let order = config.order(&run, *index, rng);
+                    *index += 1;
+                    order
+                });
+                let Some(order) = next else { break };
+                results.push(run_order(&client, &options, order).await);
+            }
+            results
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(joined) = workers.join_next().await {
+        if let Ok(results) = joined {
+            all.extend(results);
+        }
+    }
+    all.sort_by(|a, b| a.order.id.cmp(&b.order.id));
+    all
+}

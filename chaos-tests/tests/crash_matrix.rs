@@ -1,0 +1,431 @@
+//! The crash-point matrix: one scenario per named crash point (docs/recovery.md lists them),
+//! each on a real cluster built with `--features failpoints` (coordinator + inventory, payments,
+//! shipping, seeded for the checkout, a fault proxy in front of every participant).
+//!
+//! Every scenario runs a few warm-up orders, restarts the node under test with exactly one
+//! crash point armed (`FAILPOINTS=<point>=return`: the process aborts there), sends one target
+//! order that reaches the point, restarts the node unarmed, and asserts the exact outcome of
+//! design section 6 for the target; then the oracle audits everything the scenario ran.
+//!
+//! Scenarios run one at a time (the machine has two cores); timeouts are generous bounds,
+//! never speed assertions.
+
+use std::time::Duration;
+
+use chaos_tests::audit::ClientOutcome;
+use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
+use chaos_tests::disk_faults;
+use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
+use chaos_tests::scenario::{COORDINATOR, armed, disk, probe};
+use protocol::{Vote, VoteKind};
+
+#[test]
+fn coordinator_before_first_record() {
+    let mut s = Scenario::start("coordinator::before_first_record");
+    let order = s.target("c-first");
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome == ClientOutcome::Unknown,
+        format!("client heard {heard:?} from a coordinator that died before logging"),
+    );
+    // Nothing was sent: no participant knows the transaction.
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared == [false; 3],
+        format!("prepared at {prepared:?} before any prepare"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    let view = s.view(&order);
+    s.check(
+        view.coordinator.is_none(),
+        format!("restarted coordinator knows {}: {view:?}", order.id),
+    );
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn coordinator_during_prepare_fanout() {
+    let mut s = Scenario::start("coordinator::during_prepare_fanout");
+    let order = s.target("c-fanout");
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome == ClientOutcome::Unknown,
+        format!("client heard {heard:?} from a coordinator that died mid fan-out"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn coordinator_before_decision_durable() {
+    let mut s = Scenario::start("coordinator::before_decision_durable");
+    let order = s.target("c-before-decision");
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome != ClientOutcome::Committed,
+        format!("client saw committed before the decision was durable: {heard:?}"),
+    );
+    // Every vote was yes: all three hold it prepared while the coordinator is down.
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared == [true; 3],
+        format!("all votes were in, yet prepared only at {prepared:?}"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn coordinator_after_decision_durable() {
+    let mut s = Scenario::start("coordinator::after_decision_durable");
+    let order = s.target("c-after-decision");
+    let before = s.ledgers(&order);
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome != ClientOutcome::Aborted,
+        format!("client heard aborted for a durable commit: {heard:?}"),
+    );
+    // No phase two left the process: prepared everywhere, applied nowhere.
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared == [true; 3],
+        format!("prepared at {prepared:?}, expected everywhere"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn coordinator_after_some_phase_two() {
+    let mut s = Scenario::start("coordinator::after_some_phase_two");
+    let order = s.target("c-some-phase-two");
+    let before = s.ledgers(&order);
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome != ClientOutcome::Aborted,
+        format!("client heard aborted for a durable commit: {heard:?}"),
+    );
+    // At least the participant whose ack hit the point has committed; the rest are committed
+    // or still prepared, never aborted.
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared.iter().any(|p| !*p),
+        format!("no participant committed before the crash: prepared at {prepared:?}"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn coordinator_before_end_record() {
+    let mut s = Scenario::start("coordinator::before_end_record");
+    let order = s.target("c-before-end");
+    let before = s.ledgers(&order);
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    s.check(
+        heard.outcome != ClientOutcome::Aborted,
+        format!("client heard aborted for a durable commit: {heard:?}"),
+    );
+    // Every participant acknowledged: nothing is prepared any more.
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared == [false; 3],
+        format!("still prepared at {prepared:?} after all acks"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    // Resent harmlessly (applied once), then ended.
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn coordinator_during_recovery() {
+    let mut s = Scenario::start("coordinator::during_recovery");
+    let order = s.target("c-recovery");
+    let before = s.ledgers(&order);
+    // First crash: the commit is durable and nothing was sent, so recovery has work to do.
+    s.chaos
+        .quiesce_and_restart(COORDINATOR, armed("coordinator::after_decision_durable"));
+    s.send_once(&order);
+    s.wait_crash(COORDINATOR);
+    // Second crash: in the middle of that recovery, after its first resend was acknowledged.
+    s.chaos.restart_no_wait(COORDINATOR, armed(s.point));
+    s.wait_crash(COORDINATOR);
+    let prepared = s.prepared_at_participants(&order);
+    s.check(
+        prepared.iter().any(|p| !*p),
+        format!("recovery crashed after an ack, yet prepared at {prepared:?}"),
+    );
+    // The next recovery completes the same work.
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn participant_before_prepared_durable() {
+    let mut s = Scenario::start("participant::before_prepared_durable");
+    let order = s.target("p-before-prepared");
+    s.arm(INVENTORY);
+    let heard = s.send_once(&order);
+    s.wait_crash(INVENTORY);
+    s.check(
+        heard.outcome == ClientOutcome::Aborted,
+        format!("inventory died before its prepared record; client heard {heard:?}"),
+    );
+    s.chaos.restart(INVENTORY, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn participant_after_prepared_durable() {
+    let mut s = Scenario::start("participant::after_prepared_durable");
+    let order = s.target("p-after-prepared");
+    s.arm(INVENTORY);
+    let heard = s.send_once(&order);
+    s.wait_crash(INVENTORY);
+    s.check(
+        heard.outcome == ClientOutcome::Aborted,
+        format!("inventory never voted; client heard {heard:?}"),
+    );
+    // Only asking may resolve it: the coordinator's resends cannot reach inventory, and the
+    // coordinator is down while we look.
+    s.chaos.proxy(INVENTORY).partition();
+    s.chaos.node(COORDINATOR).terminate(Duration::from_secs(20));
+    s.chaos.restart(INVENTORY, Vec::new());
+    let base = s.chaos.urls().inventory.clone();
+    let prepared = s
+        .chaos
+        .runtime
+        .block_on(probe::prepared_at(&s.chaos.client, &base));
+    let entry = prepared
+        .iter()
+        .find(|p| p.txid.as_str() == order.id)
+        .cloned();
+    s.check(
+        entry.is_some(),
+        format!(
+            "after restart inventory lost the durable prepare of {}: {prepared:?}",
+            order.id
+        ),
+    );
+    let entry = entry.expect("checked");
+    let stock = stock_key(order.sku);
+    s.check(
+        entry.keys.contains(&stock),
+        format!("{stock} not among the locked keys {:?}", entry.keys),
+    );
+    let vote = s.chaos.runtime.block_on(probe::probe_lock(
+        &s.chaos.client,
+        &base,
+        &entry,
+        "probe-lock",
+        &stock,
+    ));
+    s.check(
+        matches!(vote, Ok(Vote::No { .. })),
+        format!("a prepare on the locked key {stock} answered {vote:?}, expected a no vote"),
+    );
+    // The coordinator comes back; inventory asks it and learns abort (the partition stays).
+    s.chaos.restart(COORDINATOR, Vec::new());
+    let view = s.wait_view(&order, |v| !v.prepared[0]);
+    s.check(
+        !view.prepared[0],
+        format!("inventory did not resolve {} by asking: {view:?}", order.id),
+    );
+    s.chaos.heal_all();
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn participant_after_commit_logged() {
+    let mut s = Scenario::start("participant::after_commit_logged");
+    let order = s.target("p-after-commit");
+    let before = s.ledgers(&order);
+    s.arm(INVENTORY);
+    let heard = s.send_once(&order);
+    s.wait_crash(INVENTORY);
+    s.check(
+        heard.outcome == ClientOutcome::Committed,
+        format!("every vote was yes and the decision durable; client heard {heard:?}"),
+    );
+    s.chaos.restart(INVENTORY, Vec::new());
+    // Applies once on restart; acks the resend; the coordinator ends it.
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn wal_between_write_and_fsync() {
+    let mut s = Scenario::start("wal::between_write_and_fsync");
+    let order = s.target("w-write-fsync");
+    s.arm(PAYMENTS);
+    let heard = s.send_once(&order);
+    s.wait_crash(PAYMENTS);
+    s.check(
+        heard.outcome == ClientOutcome::Aborted,
+        format!("payments died before its prepared record was synced; client heard {heard:?}"),
+    );
+    // The written, unsynced record may survive (SIGKILL keeps the page cache): the restarted
+    // participant then holds it in doubt and must resolve it to abort.
+    s.chaos.restart(PAYMENTS, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn wal_checkpoint_before_delete() {
+    let mut s = Scenario::start("wal::checkpoint_before_delete");
+    s.arm(SHIPPING);
+    // Shipping checkpoints every 40 records (two per order): keep orders coming until it dies
+    // between writing its snapshot and deleting the old segments.
+    let orders = s.chaos.orders("cp", 23, 40);
+    let running = s.chaos.spawn_orders(orders, s.chaos.workload_options());
+    s.wait_crash(SHIPPING);
+    let wal = disk_faults::wal_dir(&s.chaos.data_dir(SHIPPING));
+    let snapshots = disk_faults::snapshots(&wal).expect("list snapshots");
+    s.check(
+        !snapshots.is_empty(),
+        "no snapshot written before the crash".into(),
+    );
+    s.chaos.restart(SHIPPING, Vec::new());
+    s.chaos.finish(running);
+    // Recovery finished the checkpoint: one snapshot, and no segment it covers is left.
+    let snapshots = disk_faults::snapshots(&wal).expect("list snapshots");
+    let segments = disk_faults::segments(&wal).expect("list segments");
+    let seq = |path: &std::path::Path, prefix: &str, suffix: &str| -> u64 {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        name.trim_start_matches(prefix)
+            .trim_end_matches(suffix)
+            .parse()
+            .unwrap()
+    };
+    let covered = snapshots
+        .iter()
+        .map(|p| seq(p, "snapshot-", ".snap"))
+        .max()
+        .unwrap_or(0);
+    let stale: Vec<_> = segments
+        .iter()
+        .filter(|p| seq(p, "", ".wal") <= covered)
+        .collect();
+    s.check(
+        snapshots.len() == 1 && stale.is_empty(),
+        format!("after recovery: snapshots {snapshots:?}, segments covered by it {stale:?}"),
+    );
+    s.finish();
+}
+
+#[test]
+fn wal_stalled_fsync_participant_never_votes_before_sync() {
+    let mut s = Scenario::start("wal::between_write_and_fsync");
+    let order = s.target("w-stall-participant");
+    // Payments writes the target's prepared record and stalls before the fsync.
+    s.chaos.quiesce_and_restart(PAYMENTS, stalled_fsync(0));
+    let heard = s.send_once(&order);
+    s.check(
+        heard.outcome == ClientOutcome::Aborted,
+        format!(
+            "payments' prepared record was never synced, so it cannot have voted yes; \
+             the prepare must time out and the order abort, but the client heard {heard:?}"
+        ),
+    );
+    let vote = s.view(&order).coordinator.and_then(|status| {
+        status
+            .participants
+            .iter()
+            .find(|p| p.name.as_str() == PAYMENTS)
+            .and_then(|p| p.vote)
+    });
+    s.check(
+        vote == Some(VoteKind::Timeout),
+        format!("payments' vote should have timed out (its log is stalled), got {vote:?}"),
+    );
+    // Power fails now: the unsynced record is lost (torn), then payments restarts.
+    s.chaos.kill(PAYMENTS);
+    let torn = disk::tear_last_record(&s.chaos.data_dir(PAYMENTS), 5);
+    s.check(torn.is_some(), "payments wrote no record to tear".into());
+    s.chaos.restart(PAYMENTS, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
+fn wal_stalled_fsync_coordinator_never_sends_before_sync() {
+    let mut s = Scenario::start("wal::between_write_and_fsync");
+    let order = s.target("w-stall-coordinator");
+    // The coordinator's first write after its start (the epoch record) goes through; its next
+    // batch (the target's records) stalls before the fsync.
+    s.chaos.quiesce_and_restart(COORDINATOR, stalled_fsync(1));
+    let mut options = s.chaos.workload_options();
+    options.retry_window = Duration::ZERO;
+    options.request_timeout = Duration::from_secs(8);
+    options.concurrency = 1;
+    let heard = s
+        .chaos
+        .run_orders(vec![order.clone()], options)
+        .pop()
+        .expect("one result");
+    s.check(
+        heard.outcome == ClientOutcome::Unknown,
+        format!(
+            "the coordinator's log is stalled before its fsync, so the client must hear \
+             nothing; it heard {heard:?}"
+        ),
+    );
+    // No phase two may have left: nothing applied anywhere.
+    let urls = s.chaos.urls();
+    for (name, base) in urls.participants() {
+        let marker = order
+            .marker_keys()
+            .into_iter()
+            .find(|(p, _)| *p == name)
+            .map(|(_, k)| k)
+            .expect("marker");
+        let applied = s.chaos.runtime.block_on(async {
+            s.chaos
+                .client
+                .get(format!("{base}/v1/kv/{marker}"))
+                .send()
+                .await
+                .map(|r| r.status().is_success())
+                .unwrap_or(false)
+        });
+        s.check(
+            !applied,
+            format!(
+                "{name} applied {} before the coordinator's decision was durable",
+                order.id
+            ),
+        );
+    }
+    // Power fails now: the unsynced batch is lost (torn), then the coordinator restarts.
+    s.chaos.kill(COORDINATOR);
+    let torn = disk::tear_last_record(&s.chaos.data_dir(COORDINATOR), 3);
+    s.check(
+        torn.is_some(),
+        "the coordinator wrote no record to tear".into(),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
