@@ -4,6 +4,7 @@
 //! is sent again with the same id, its idempotency key, so it learns its real outcome instead
 //! of being guessed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,39 @@ pub struct OrderResult {
     /// The last error for an order that never got an answer.
     pub error: Option<String>,
     pub attempts: u32,
+    /// Time to the answer, for orders answered on their first attempt (a resend's time
+    /// includes the outage it waited through, which is not the protocol's latency).
+    pub latency: Option<Duration>,
+}
+
+/// Live counters of a run, for a progress display while it goes on.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub unknown: AtomicU64,
+    pub in_flight: AtomicU64,
+    /// Orders sent again because no answer came.
+    pub resent: AtomicU64,
+}
+
+impl Progress {
+    /// Orders finished, whatever their outcome.
+    pub fn done(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
+            + self.aborted.load(Ordering::Relaxed)
+            + self.unknown.load(Ordering::Relaxed)
+    }
+
+    fn finished(&self, outcome: ClientOutcome) {
+        let counter = match outcome {
+            ClientOutcome::Committed => &self.committed,
+            ClientOutcome::Aborted => &self.aborted,
+            ClientOutcome::Unknown => &self.unknown,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// `count` orders of run `run`, replayable from `seed`.
@@ -61,14 +95,31 @@ pub fn orders(config: &CheckoutConfig, run: &str, seed: u64, count: u64) -> Vec<
 pub async fn run_order(
     client: &reqwest::Client,
     options: &WorkloadOptions,
+    progress: &Progress,
+    order: Order,
+) -> OrderResult {
+    progress.in_flight.fetch_add(1, Ordering::Relaxed);
+    let result = send_until_answered(client, options, progress, order).await;
+    progress.finished(result.outcome);
+    result
+}
+
+async fn send_until_answered(
+    client: &reqwest::Client,
+    options: &WorkloadOptions,
+    progress: &Progress,
     order: Order,
 ) -> OrderResult {
     let url = format!("{}/v1/transactions", options.coordinator_url);
     let body = order.request(options.prepare_timeout_ms);
-    let deadline = Instant::now() + options.retry_window;
+    let started = Instant::now();
+    let deadline = started + options.retry_window;
     let mut attempts = 0;
     loop {
         attempts += 1;
+        if attempts == 2 {
+            progress.resent.fetch_add(1, Ordering::Relaxed);
+        }
         let sent = client
             .post(&url)
             .timeout(options.request_timeout)
@@ -89,6 +140,7 @@ pub async fn run_order(
                             answer: Some(answer),
                             error: None,
                             attempts,
+                            latency: (attempts == 1).then(|| started.elapsed()),
                         };
                     }
                     Err(e) => format!("unreadable answer: {e}"),
@@ -120,6 +172,7 @@ fn unknown(order: Order, error: String, attempts: u32) -> OrderResult {
         answer: None,
         error: Some(error),
         attempts,
+        latency: None,
     }
 }
 
@@ -129,25 +182,47 @@ pub async fn run_orders(
     options: WorkloadOptions,
     orders: Vec<Order>,
 ) -> Vec<OrderResult> {
+    run_orders_with_progress(client, options, orders, Arc::default()).await
+}
+
+/// [`run_orders`], counting into `progress` as orders finish.
+pub async fn run_orders_with_progress(
+    client: reqwest::Client,
+    options: WorkloadOptions,
+    orders: Vec<Order>,
+    progress: Arc<Progress>,
+) -> Vec<OrderResult> {
     let options = Arc::new(options);
     let queue = Arc::new(Mutex::new(orders.into_iter()));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..options.concurrency.max(1) {
-        let (client, options, queue) = (client.clone(), options.clone(), queue.clone());
+        let (client, options, queue, progress) = (
+            client.clone(),
+            options.clone(),
+            queue.clone(),
+            progress.clone(),
+        );
         workers.spawn(async move {
             let mut results = Vec::new();
             loop {
                 let next = queue.lock().ok().and_then(|mut q| q.next());
                 let Some(order) = next else { break };
-                results.push(run_order(&client, &options, order).await);
+                results.push(run_order(&client, &options, &progress, order).await);
             }
             results
         });
     }
+    collect(workers).await
+}
+
+/// Every worker's results, in order id order. A worker that panicked is a bug in this
+/// harness: its orders would silently escape the audit, so it fails the run.
+async fn collect(mut workers: tokio::task::JoinSet<Vec<OrderResult>>) -> Vec<OrderResult> {
     let mut all = Vec::new();
     while let Some(joined) = workers.join_next().await {
-        if let Ok(results) = joined {
-            all.extend(results);
+        match joined {
+            Ok(results) => all.extend(results),
+            Err(e) => panic!("a workload worker failed: {e}"),
         }
     }
     all.sort_by(|a, b| a.order.id.cmp(&b.order.id));
@@ -165,16 +240,18 @@ pub async fn run_until_stopped(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Vec<OrderResult> {
     let options = Arc::new(options);
+    let progress = Arc::new(Progress::default());
     let source = Arc::new(Mutex::new((fastrand::Rng::with_seed(seed), 0u64)));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..options.concurrency.max(1) {
-        let (client, options, source, stop, config, run) = (
+        let (client, options, source, stop, config, run, progress) = (
             client.clone(),
             options.clone(),
             source.clone(),
             stop.clone(),
             config.clone(),
             run.clone(),
+            progress.clone(),
         );
         workers.spawn(async move {
             let mut results = Vec::new();
@@ -186,17 +263,10 @@ pub async fn run_until_stopped(
                     order
                 });
                 let Some(order) = next else { break };
-                results.push(run_order(&client, &options, order).await);
+                results.push(run_order(&client, &options, &progress, order).await);
             }
             results
         });
     }
-    let mut all = Vec::new();
-    while let Some(joined) = workers.join_next().await {
-        if let Ok(results) = joined {
-            all.extend(results);
-        }
-    }
-    all.sort_by(|a, b| a.order.id.cmp(&b.order.id));
-    all
+    collect(workers).await
 }

@@ -2,7 +2,7 @@
 //! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
 //! audit of every invariant at the end. Exits 0 only if every invariant holds.
 
-mod driver;
+mod reasons;
 mod report;
 
 pub use report::print_checks;
@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::metrics_text;
 use crate::target::TargetArgs;
 use chaos_tests::cluster::{ClusterSpec, LocalCluster};
-use driver::{Counters, DriverConfig};
+use chaos_tests::workload::{self, Progress, WorkloadOptions};
 use report::{CrashNote, Summary};
 
 /// The coordinator's gauge of decisions not yet acknowledged by every participant.
@@ -171,23 +171,20 @@ async fn drive(
         .build()?;
     let before = audit::read_totals(&client, urls, config).await?;
 
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let orders: Vec<_> = (0..args.orders)
-        .map(|i| config.order(&run_id, i, &mut rng))
-        .collect();
-    let counters = Arc::new(Counters::default());
+    let orders = workload::orders(config, &run_id, seed, args.orders);
+    let counters = Arc::new(Progress::default());
     let progress = progress_bar(args.orders);
     let started = Instant::now();
-    let load = tokio::spawn(driver::run_all(
+    let options = WorkloadOptions {
+        prepare_timeout_ms: args.timeout_ms,
+        concurrency: args.concurrency,
+        ..WorkloadOptions::new(&urls.coordinator)
+    };
+    let load = tokio::spawn(workload::run_orders_with_progress(
         client.clone(),
-        DriverConfig {
-            coordinator_url: urls.coordinator.clone(),
-            prepare_timeout_ms: args.timeout_ms,
-            retry_window: Duration::from_secs(60),
-        },
-        counters.clone(),
+        options,
         orders,
-        args.concurrency,
+        counters.clone(),
     ));
 
     let crash_after = (!args.no_crash && cluster.is_some())
@@ -303,7 +300,7 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-fn update_progress(bar: &ProgressBar, c: &Counters, started: Instant, pending: Option<u64>) {
+fn update_progress(bar: &ProgressBar, c: &Progress, started: Instant, pending: Option<u64>) {
     let done = c.done();
     let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
     bar.set_position(done);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use chaos_tests::audit::{AuditReport, ClientOutcome};
 
-use super::driver::OrderResult;
+use chaos_tests::workload::OrderResult;
+
+use super::reasons::abort_category;
 use crate::latency::quantile;
 
 fn ms(duration: Option<Duration>) -> String {
@@ -34,10 +36,12 @@ pub struct Summary<'a> {
 impl Summary<'_> {
     pub fn print(&self) {
         let count = |o: ClientOutcome| self.results.iter().filter(|r| r.outcome == o).count();
-        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         for r in self.results {
-            if let Some(reason) = &r.abort_reason {
-                *reasons.entry(reason).or_default() += 1;
+            if r.outcome == ClientOutcome::Aborted
+                && let Some(answer) = &r.answer
+            {
+                *reasons.entry(abort_category(answer)).or_default() += 1;
             }
         }
         let mut latencies: Vec<Duration> = self.results.iter().filter_map(|r| r.latency).collect();
