@@ -44,7 +44,7 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
     let status = c.wait_state("order-1", "committed", WAIT).await;
     assert!(status["ended_at_ms"].is_u64(), "{status}");
     let (_, decision) = c.get("/v1/transactions/order-1/decision").await;
-    assert_eq!(decision, json!({"decision": "commit"}));
+    assert_eq!(decision["decision"], "commit");
 
     // Without an id the coordinator makes one; the default wait is for the decision only.
     let (status, body) = c

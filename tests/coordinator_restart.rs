@@ -165,7 +165,7 @@ async fn sigkill_while_preparing_then_recovery_aborts_at_every_participant() {
     a.wait_for("prepare", "order-limbo", 1, WAIT).await;
     b.wait_for("prepare", "order-limbo", 1, WAIT).await;
     let (status, body) = c.get("/v1/transactions/order-limbo/decision").await;
-    assert_eq!((status, body), (200, json!({"decision": "pending"})));
+    assert_eq!((status, &body["decision"]), (200, &json!("pending")));
 
     c.node.kill();
     // The client never heard an outcome (its connection died with the process).
@@ -217,7 +217,7 @@ async fn outcomes_survive_checkpoints_and_restarts_within_retention() {
             "{body}"
         );
         let (_, decision) = c.get(&format!("/v1/transactions/cp-{i}/decision")).await;
-        assert_eq!(decision, json!({"decision": "commit"}));
+        assert_eq!(decision["decision"], "commit");
     }
     assert_eq!(
         a.count("prepare", "cp-0"),
