@@ -72,6 +72,9 @@ pub struct Metrics {
     pub decision_fsync: Histogram,
     pub phase_two_retries: AtomicU64,
     pub stale_epoch_answers: AtomicU64,
+    /// Presumed aborts logged for ids a participant asked about and this coordinator had no
+    /// record of (a transaction whose start was lost in a crash).
+    pub presumed_aborts: AtomicU64,
     /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
     pub recovered_transactions: AtomicU64,
 }
@@ -150,6 +153,12 @@ impl Metrics {
             "twopc_coordinator_stale_epoch_answers_total",
             "Participants that answered stale_epoch (another incarnation is newer).",
             self.stale_epoch_answers.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_presumed_aborts_total",
+            "Presumed aborts logged for ids a participant asked about that had no record.",
+            self.presumed_aborts.load(Ordering::Relaxed),
         );
         self.prepare_latency.render(
             &mut out,

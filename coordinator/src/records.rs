@@ -59,6 +59,15 @@ pub struct DecisionRecord {
     pub votes: Vec<(ParticipantName, VoteKind)>,
     pub created_at_ms: u64,
     pub decided_at_ms: u64,
+    /// A presumed abort made durable: a participant asked about an id this coordinator had no
+    /// record of (its `Begin` was lost in a crash). No participants, no digest: whatever body a
+    /// client later sends with this id gets this aborted outcome, never a fresh attempt.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub presumed: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +198,7 @@ mod tests {
             votes: vec![(name("a"), VoteKind::Yes), (name("b"), VoteKind::Yes)],
             created_at_ms: 1,
             decided_at_ms: 2,
+            presumed: false,
         };
         let records = [
             LogRecord::Epoch(EpochRecord {
@@ -231,6 +241,35 @@ mod tests {
             }],
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
+    }
+
+    #[test]
+    fn a_presumed_abort_round_trips_and_older_decisions_read_as_not_presumed() {
+        let presumed = DecisionRecord {
+            txid: TxId::new("t-lost").unwrap(),
+            digest: Digest(0),
+            decision: Decision::Abort,
+            reason: Some("presumed abort".into()),
+            votes: vec![],
+            created_at_ms: 7,
+            decided_at_ms: 7,
+            presumed: true,
+        };
+        let record = LogRecord::Decision(presumed.clone());
+        let back = LogRecord::decode(1, record_type::DECISION, &record.encode()).unwrap();
+        assert_eq!(back, record);
+        // An ordinary decision's encoding has no `presumed` field (logs written before it
+        // existed read the same), and it decodes as not presumed.
+        let ordinary = DecisionRecord {
+            presumed: false,
+            ..presumed
+        };
+        let bytes = LogRecord::Decision(ordinary.clone()).encode();
+        assert!(!String::from_utf8_lossy(&bytes).contains("presumed\""));
+        assert_eq!(
+            LogRecord::decode(2, record_type::DECISION, &bytes).unwrap(),
+            LogRecord::Decision(ordinary)
+        );
     }
 
     #[test]

@@ -121,6 +121,44 @@ fn duplicate_prepare_answers_the_same_vote() {
 }
 
 #[test]
+fn duplicate_prepare_with_another_payload_votes_no_and_keeps_the_prepared_one() {
+    // The coordinator lost its record of t1's first attempt (epoch 1) in a crash and took the
+    // client's retry, with another body, as a new transaction (epoch 2).
+    let mut e = engine();
+    assert_eq!(
+        reply(&p(&mut e, "t1", 1, add("a", 1))),
+        Reply::Vote(Vote::Yes)
+    );
+    let other = p(&mut e, "t1", 2, add("a", 5));
+    match reply(&other) {
+        Reply::Vote(Vote::No { reason }) => assert!(
+            reason.contains("t1") && reason.contains("different payload"),
+            "{reason}"
+        ),
+        wrong => panic!("a yes would commit the old payload for the new request: {wrong:?}"),
+    }
+    // No second prepared record; the first attempt stays prepared with its locks.
+    assert!(
+        !logs(&other)
+            .iter()
+            .any(|(r, _)| matches!(r, Record::Prepared { .. })),
+        "{other:?}"
+    );
+    assert_eq!(e.prepared_len(), 1);
+    assert_eq!(e.prepared_list()[0].epoch.0, 1);
+    // The same body again (a plain retry) is still the same yes.
+    assert_eq!(
+        reply(&p(&mut e, "t1", 2, add("a", 1))),
+        Reply::Vote(Vote::Yes)
+    );
+    // The coordinator aborts the retry it saw a no for: that ends the prepared attempt too.
+    assert_eq!(reply(&abort(&mut e, "t1", 2)), Reply::Ack);
+    assert_eq!(e.prepared_len(), 0);
+    assert_eq!(e.locks_len(), 0);
+    assert_eq!(e.resource().applied, 0);
+}
+
+#[test]
 fn commit_twice_applies_once_and_abort_twice_releases_once() {
     let mut e = engine();
     p(&mut e, "t1", 1, add("a", 3));

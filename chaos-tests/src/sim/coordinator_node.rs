@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use coordinator::digest::Digest;
-use coordinator::engine::{Command, Engine, EngineConfig, Event, WaitFor, WaiterId};
+use coordinator::engine::{
+    Command, DecisionLookup, Engine, EngineConfig, Event, WaitFor, WaiterId,
+};
 use coordinator::records::{EpochRecord, LogRecord, Snapshot};
 use protocol::{
     CoordinatorId, Decision, DecisionRequest, Epoch, ParticipantName, PrepareRequest, TxId, Vote,
@@ -40,6 +42,8 @@ pub struct CoordinatorNode {
     identity: Option<EpochRecord>,
     calls: BTreeMap<RequestId, Call>,
     waiters: BTreeMap<WaiterId, (usize, u32)>,
+    /// Decision queries waiting for a presumed abort to be durable: (rid, from, txid).
+    query_waiters: BTreeMap<WaiterId, (RequestId, (usize, Incarnation), TxId)>,
     next_waiter: WaiterId,
     /// Forced decision appends waiting for a sync: (sequence number, txid).
     decision_waits: Vec<(u64, TxId)>,
@@ -62,6 +66,7 @@ impl CoordinatorNode {
             identity: None,
             calls: BTreeMap::new(),
             waiters: BTreeMap::new(),
+            query_waiters: BTreeMap::new(),
             next_waiter: 1,
             decision_waits: Vec::new(),
             sync_scheduled: false,
@@ -139,6 +144,7 @@ impl CoordinatorNode {
         self.engine = None;
         self.calls.clear();
         self.waiters.clear();
+        self.query_waiters.clear();
         self.decision_waits.clear();
         self.sync_scheduled = false;
     }
@@ -229,16 +235,30 @@ impl CoordinatorNode {
             }
             Body::Query { rid, from, txid } => {
                 let Some(engine) = &self.engine else { return };
-                let answer = engine.decision_query(&txid);
-                io.send(Msg {
-                    to: Some(Node::Participant(from.0)),
-                    body: Body::QueryAnswer {
-                        rid,
-                        to: from.1,
-                        txid,
-                        answer,
-                    },
-                });
+                match engine.decision_lookup(&txid) {
+                    DecisionLookup::Known(answer) => io.send(Msg {
+                        to: Some(Node::Participant(from.0)),
+                        body: Body::QueryAnswer {
+                            rid,
+                            to: from.1,
+                            txid,
+                            answer,
+                        },
+                    }),
+                    DecisionLookup::Unknown | DecisionLookup::PresumingAbort => {
+                        let waiter = self.next_waiter;
+                        self.next_waiter += 1;
+                        self.query_waiters.insert(waiter, (rid, from, txid.clone()));
+                        self.step(
+                            io,
+                            Event::UnknownIdQueried {
+                                waiter,
+                                txid,
+                                now_ms: io.now_ms,
+                            },
+                        );
+                    }
+                }
             }
             // Answers for a previous incarnation, and messages that are not for us.
             Body::PrepareAnswer { .. }
@@ -413,6 +433,28 @@ impl CoordinatorNode {
                 after_ms,
             } => {
                 self.timer_after(io, after_ms, Timer::RetryDue(txid, participant));
+            }
+            Command::Reply { waiter, reply } if self.query_waiters.contains_key(&waiter) => {
+                let Some((rid, from, txid)) = self.query_waiters.remove(&waiter) else {
+                    return;
+                };
+                let answer = match reply {
+                    coordinator::engine::Reply::Outcome(r) => match r.outcome {
+                        protocol::Outcome::Committed => protocol::DecisionStatus::Commit,
+                        protocol::Outcome::Aborted => protocol::DecisionStatus::Abort,
+                    },
+                    coordinator::engine::Reply::Conflict { .. }
+                    | coordinator::engine::Reply::LogFailed { .. } => return,
+                };
+                io.send(Msg {
+                    to: Some(Node::Participant(from.0)),
+                    body: Body::QueryAnswer {
+                        rid,
+                        to: from.1,
+                        txid,
+                        answer,
+                    },
+                });
             }
             Command::Reply { waiter, reply } => {
                 if let Some((order, attempt)) = self.waiters.remove(&waiter) {

@@ -536,10 +536,68 @@ async fn a_failed_log_answers_log_failed_and_never_an_outcome() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(got["decision"], "pending");
+    // No record and a log that cannot make a presumed abort durable: 503, not "abort".
+    let (status, got) = call(
+        &app,
+        "GET",
+        "/v1/transactions/t-never-seen/decision",
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (status.as_u16(), got["error"].as_str()),
+        (503, Some("log_failed")),
+        "{got}"
+    );
     let (_, got) = call(&app, "GET", "/metrics", None, vec![]).await;
     assert!(
         got.as_str()
             .unwrap()
             .contains("twopc_coordinator_log_poisoned 1")
+    );
+}
+
+#[tokio::test]
+async fn an_id_presumed_aborted_stays_aborted_for_a_client_retry() {
+    let (app, _dir) = ready_router().await;
+    let (status, got) = call(&app, "GET", "/v1/transactions/o-4/decision", None, vec![]).await;
+    assert_eq!(
+        (status, got["decision"].as_str()),
+        (StatusCode::OK, Some("abort"))
+    );
+    // The client retries o-4 (whatever its body): the recorded abort, not a new attempt. (An
+    // attempt would prepare and list both participants; nothing listens on port 9, so it
+    // would abort too, but with another reason and with votes.)
+    for participants in [
+        two(),
+        json!([{"name": "inventory", "payload": {"ops": []}}]),
+    ] {
+        let body = serde_json::to_vec(&json!({"id": "o-4", "participants": participants})).unwrap();
+        let (status, got) = call(&app, "POST", "/v1/transactions", JSON, body).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["outcome"], "aborted", "{got}");
+        assert!(
+            got["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("presumed abort")),
+            "{got}"
+        );
+        assert_eq!(got["participants"], json!([]), "{got}");
+    }
+    let (status, got) = call(&app, "GET", "/v1/transactions/o-4", None, vec![]).await;
+    assert_eq!(
+        (status, got["state"].as_str()),
+        (StatusCode::OK, Some("aborted")),
+        "{got}"
+    );
+    // Asking again: the same answer from the record, and no second record.
+    let (_, got) = call(&app, "GET", "/v1/transactions/o-4/decision", None, vec![]).await;
+    assert_eq!(got["decision"], "abort");
+    let (_, got) = call(&app, "GET", "/metrics", None, vec![]).await;
+    let text = got.as_str().unwrap();
+    assert!(
+        text.contains("twopc_coordinator_presumed_aborts_total 1"),
+        "{text}"
     );
 }

@@ -16,7 +16,7 @@ use protocol::{
 use crate::api::{ApiError, AppState};
 use crate::digest::Digest;
 use crate::engine::{Reply, WaitFor};
-use crate::runtime::NewTransaction;
+use crate::runtime::{NewTransaction, QueryError};
 
 /// Listing size when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: usize = 100;
@@ -205,15 +205,29 @@ pub async fn list(
     }))
 }
 
-/// `GET /v1/transactions/{id}/decision`: presumed abort for ids with no record.
+/// `GET /v1/transactions/{id}/decision`: for an id with no record, a presumed abort, made
+/// durable before it is answered.
 pub async fn decision(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<DecisionQueryResponse>, ApiError> {
     let core = state.core()?;
     let txid = txid(path)?;
+    let decision = core.decision_query(&txid).await.map_err(|e| match e {
+        QueryError::LogFailed(error) => ApiError::new(
+            ErrorCode::LogFailed,
+            format!(
+                "no decision is recorded for {txid} and a presumed abort cannot be logged \
+                 ({error}); ask again after the coordinator restarts"
+            ),
+        ),
+        QueryError::ShuttingDown => ApiError::new(
+            ErrorCode::NotReady,
+            "the coordinator is shutting down; ask again",
+        ),
+    })?;
     Ok(Json(DecisionQueryResponse {
-        decision: core.decision_query(&txid),
+        decision,
         coordinator_id: Some(core.identity().coordinator_id.clone()),
     }))
 }

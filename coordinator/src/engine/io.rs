@@ -66,6 +66,16 @@ pub enum Event {
     },
     /// Recovery replayed the log and the new epoch is durable: finish what the last run left.
     RecoveryDone { now_ms: u64 },
+    /// A participant in doubt asked for the decision on an id with no record (or one whose
+    /// presumed abort is being logged): the engine logs a presumed abort (forced) and answers
+    /// `waiter` with the aborted outcome once it is durable. Step this only for what
+    /// `Engine::decision_lookup` reports as `Unknown` or `PresumingAbort`; known ids are
+    /// answered from the lookup at once.
+    UnknownIdQueried {
+        waiter: WaiterId,
+        txid: TxId,
+        now_ms: u64,
+    },
     /// Forget ended outcomes older than the retention window.
     ExpireRetained { now_ms: u64, retention_ms: u64 },
 }
@@ -76,7 +86,8 @@ pub enum Command {
     /// Append without waiting for fsync (Begin, Ack, End): losing it is harmless.
     AppendLazy(LogRecord),
     /// Append and fsync the decision; answer with `DecisionDurable` or `DecisionFailed`.
-    /// Nothing that depends on the decision happens before that answer.
+    /// Nothing that depends on the decision happens before that answer. A presumed abort
+    /// (`presumed`) is one too: the participant that asked hears it only after.
     AppendDecision(DecisionRecord),
     SendPrepare {
         txid: TxId,

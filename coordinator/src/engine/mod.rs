@@ -27,7 +27,8 @@ use protocol::{Decision, ParticipantName, TxId, VoteKind};
 pub use backoff::retry_delay_ms;
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use replay::Replayed;
-pub use tx::{Decided, Delivery, Phase};
+pub use tx::{Decided, Delivery, PRESUMED_ABORT_REASON, Phase};
+pub use view::DecisionLookup;
 
 use crate::records::{AckRecord, BeginRecord, EndRecord, LogRecord, Retained};
 use retained::RetainedSet;
@@ -98,6 +99,11 @@ impl Engine {
             } => self.delivery_failed(&txid, &participant, error, jitter),
             Event::RetryDue { txid, participant } => self.retry_due(&txid, &participant),
             Event::RecoveryDone { now_ms } => self.recovery_done(now_ms),
+            Event::UnknownIdQueried {
+                waiter,
+                txid,
+                now_ms,
+            } => self.unknown_id_queried(waiter, txid, now_ms),
             Event::ExpireRetained {
                 now_ms,
                 retention_ms,
@@ -120,7 +126,8 @@ impl Engine {
         now_ms: u64,
     ) -> Vec<Command> {
         if let Some(retained) = self.retained.get(&txid) {
-            let reply = if retained.decision.digest == digest {
+            // A presumed abort answers any body: the one it stands for was lost.
+            let reply = if retained.decision.presumed || retained.decision.digest == digest {
                 Reply::Outcome(retained_response(&retained.decision))
             } else {
                 Reply::Conflict { txid }
@@ -128,7 +135,7 @@ impl Engine {
             return vec![Command::Reply { waiter, reply }];
         }
         if let Some(tx) = self.live.get_mut(&txid) {
-            if tx.digest != digest {
+            if !tx.accepts(digest) {
                 return vec![Command::Reply {
                     waiter,
                     reply: Reply::Conflict { txid },
@@ -181,6 +188,7 @@ impl Engine {
                 .collect(),
             phase: Phase::Preparing,
             waiters: vec![(waiter, wait)],
+            presumed: false,
         };
         self.live.insert(txid, tx);
         commands
@@ -255,7 +263,48 @@ impl Engine {
             WaitFor::Acked => true,
         });
         commands.extend(send_decisions(tx, decided.decision));
+        if tx.all_acked() {
+            // Nobody to tell (a presumed abort has no participants): it ends now.
+            commands.extend(self.end(txid, &decided, decided.decided_at_ms));
+        }
         commands
+    }
+
+    /// A participant asked for the decision on an id that `decision_lookup` reported as
+    /// `Unknown` or `PresumingAbort`. Presumed abort is safe to say only once it cannot be
+    /// undone: an unknown id gets a forced abort record first (a client retrying the id later
+    /// must find it aborted, not start it afresh while the participant acts on "abort"), and
+    /// `waiter` hears `abort` after `DecisionDurable`. A query while that record is in flight
+    /// joins it (one record, however many ask). Any other id is answered from what is known:
+    /// at once if decided, or once its decision is durable.
+    fn unknown_id_queried(&mut self, waiter: WaiterId, txid: TxId, now_ms: u64) -> Vec<Command> {
+        if let Some(retained) = self.retained.get(&txid) {
+            return vec![Command::Reply {
+                waiter,
+                reply: Reply::Outcome(retained_response(&retained.decision)),
+            }];
+        }
+        if let Some(tx) = self.live.get_mut(&txid) {
+            return match &tx.phase {
+                Phase::Decided(decided) => vec![Command::Reply {
+                    waiter,
+                    reply: Reply::Outcome(response(tx, decided)),
+                }],
+                Phase::LogFailed { error } => vec![Command::Reply {
+                    waiter,
+                    reply: Reply::LogFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Phase::Preparing | Phase::Deciding(_) => {
+                    tx.waiters.push((waiter, WaitFor::Decision));
+                    Vec::new()
+                }
+            };
+        }
+        let (tx, record) = Tx::presumed_abort(txid.clone(), waiter, now_ms);
+        self.live.insert(txid, tx);
+        vec![Command::AppendDecision(record)]
     }
 
     fn decision_failed(&mut self, txid: &TxId, error: String) -> Vec<Command> {

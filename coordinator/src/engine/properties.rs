@@ -29,6 +29,9 @@ enum Step {
     Fail(usize, u64),
     Retry(usize),
     Resubmit(bool),
+    /// A participant asks for the decision (the runtime's path for ids it cannot answer at
+    /// once; here the id is always known, so it must never presume anything).
+    Query,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -47,6 +50,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..3usize, any::<u64>()).prop_map(|(p, j)| Step::Fail(p, j)),
         2 => (0..3usize).prop_map(Step::Retry),
         1 => any::<bool>().prop_map(Step::Resubmit),
+        1 => Just(Step::Query),
     ]
 }
 
@@ -80,6 +84,11 @@ fn to_event(step: &Step, waiter: u64) -> Event {
             participant: name(*p),
         },
         Step::Resubmit(same) => submit(waiter, if *same { 7 } else { 8 }),
+        Step::Query => Event::UnknownIdQueried {
+            waiter,
+            txid: txid(),
+            now_ms: 5,
+        },
     }
 }
 
@@ -157,6 +166,45 @@ proptest! {
                     | Command::ArmPrepareDeadline { .. }
                     | Command::ArmRetry { .. }
                     | Command::Reply { reply: Reply::LogFailed { .. }, .. } => {}
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    /// An id first heard of through a participant's query: whatever follows (more queries,
+    /// client submits with any body, the durable notice), exactly one presumed abort is logged,
+    /// nobody hears anything before it is durable, everyone hears abort, and no prepare is sent.
+    #[test]
+    fn a_presumed_abort_is_logged_once_and_never_becomes_an_attempt(
+        steps in proptest::collection::vec(0..4u8, 0..30),
+    ) {
+        let mut engine = Engine::new(EngineConfig { retry_base_ms: 10, retry_max_ms: 100, retained_max: 10 });
+        let query = |waiter| Event::UnknownIdQueried { waiter, txid: txid(), now_ms: 5 };
+        let first = engine.step(query(0));
+        prop_assert!(matches!(&first[..], [Command::AppendDecision(r)] if r.presumed && r.decision == Decision::Abort));
+        let mut durable = false;
+        for (i, kind) in steps.iter().enumerate() {
+            let waiter = i as u64 + 1;
+            let event = match kind {
+                0 => query(waiter),
+                1 => submit(waiter, 7),
+                2 => submit(waiter, 8),
+                _ => {
+                    durable = true;
+                    Event::DecisionDurable { txid: txid() }
+                }
+            };
+            for command in engine.step(event) {
+                match command {
+                    Command::Reply { reply: Reply::Outcome(response), .. } => {
+                        prop_assert!(durable, "answered before the presumed abort was durable");
+                        prop_assert_eq!(response.outcome, protocol::Outcome::Aborted);
+                    }
+                    Command::AppendLazy(LogRecord::End(_)) => prop_assert!(durable),
+                    Command::AppendDecision(_) => prop_assert!(false, "logged twice"),
+                    other => prop_assert!(false, "unexpected {:?}", other),
                 }
             }
         }

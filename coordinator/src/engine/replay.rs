@@ -84,6 +84,7 @@ impl Engine {
             parts: begin.participants.into_iter().map(Part::new).collect(),
             phase: Phase::Preparing,
             waiters: Vec::new(),
+            presumed: false,
         };
         self.live.insert(begin.txid, tx);
     }

@@ -146,6 +146,7 @@ mod tests {
                 votes: vec![],
                 created_at_ms: 0,
                 decided_at_ms: 0,
+                presumed: false,
             },
             ended_at_ms: at,
         }

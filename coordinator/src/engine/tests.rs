@@ -88,6 +88,7 @@ fn decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) ->
         votes: vec![(name("a"), votes[0]), (name("b"), votes[1])],
         created_at_ms: 1000,
         decided_at_ms: at,
+        presumed: false,
     }
 }
 fn append_decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> Command {
@@ -483,7 +484,9 @@ fn abort_outcome_reaches_client_and_participants() {
 #[test]
 fn decision_query_is_pending_until_durable_and_presumes_abort_for_unknown_ids() {
     let mut engine = Engine::new(CONFIG);
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    // Unknown: nothing is said without a durable record of the presumption.
+    assert_eq!(engine.decision_lookup(&id("t")), DecisionLookup::Unknown);
+    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
     engine.step(submit());
     assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
     engine.step(vote("a", Yes));
@@ -499,6 +502,225 @@ fn decision_query_is_pending_until_durable_and_presumes_abort_for_unknown_ids() 
         engine.status(&id("t")).unwrap().state,
         TransactionState::Committed
     );
+
+    // An unknown id asked about: abort, but only once its record is durable.
+    let lost = id("lost");
+    assert_eq!(
+        engine.step(query(1, "lost")),
+        vec![Command::AppendDecision(presumed_record("lost"))]
+    );
+    assert_eq!(
+        engine.decision_lookup(&lost),
+        DecisionLookup::PresumingAbort
+    );
+    assert_eq!(engine.decision_query(&lost), DecisionStatus::Pending);
+    engine.step(Event::DecisionDurable { txid: lost.clone() });
+    assert_eq!(
+        engine.decision_lookup(&lost),
+        DecisionLookup::Known(DecisionStatus::Abort)
+    );
+    assert_eq!(engine.decision_query(&lost), DecisionStatus::Abort);
+    let status = engine.status(&lost).unwrap();
+    assert_eq!(status.state, TransactionState::Aborted);
+    assert_eq!(status.reason.as_deref(), Some(PRESUMED_ABORT_REASON));
+}
+
+fn query(waiter: WaiterId, txid: &str) -> Event {
+    Event::UnknownIdQueried {
+        waiter,
+        txid: id(txid),
+        now_ms: 3000,
+    }
+}
+fn presumed_record(txid: &str) -> DecisionRecord {
+    DecisionRecord {
+        txid: id(txid),
+        digest: Digest(0),
+        decision: ABORT,
+        reason: Some(PRESUMED_ABORT_REASON.to_string()),
+        votes: vec![],
+        created_at_ms: 3000,
+        decided_at_ms: 3000,
+        presumed: true,
+    }
+}
+fn presumed_outcome(waiter: WaiterId) -> Command {
+    Command::Reply {
+        waiter,
+        reply: Reply::Outcome(TransactionResponse {
+            id: id("t"),
+            outcome: Outcome::Aborted,
+            reason: Some(PRESUMED_ABORT_REASON.to_string()),
+            participants: vec![],
+        }),
+    }
+}
+fn presumed_end() -> Command {
+    Command::AppendLazy(LogRecord::End(EndRecord {
+        txid: id("t"),
+        ended_at_ms: 3000,
+    }))
+}
+
+#[test]
+fn an_unknown_id_queried_is_aborted_durably_before_anyone_hears_it() {
+    let failed_log = || Event::DecisionFailed {
+        txid: id("t"),
+        error: "fsync failed".into(),
+    };
+    let log_failed = |waiter| Command::Reply {
+        waiter,
+        reply: Reply::LogFailed {
+            error: "fsync failed".into(),
+        },
+    };
+    let cases: Vec<(&str, Vec<Event>, Vec<Command>)> = vec![
+        (
+            "unknown id: a forced presumed abort is logged; nobody is answered yet",
+            vec![query(1, "t")],
+            vec![Command::AppendDecision(presumed_record("t"))],
+        ),
+        (
+            "a second query while the record is in flight joins it: no second record",
+            vec![query(1, "t"), query(2, "t")],
+            vec![],
+        ),
+        (
+            "durable: every asker hears abort, and it ends at once (nobody to deliver to)",
+            vec![query(1, "t"), query(2, "t"), durable()],
+            vec![presumed_outcome(1), presumed_outcome(2), presumed_end()],
+        ),
+        (
+            "a client's POST while the record is in flight starts no attempt (no prepare)",
+            vec![query(1, "t"), submit_as(5, WaitFor::Decision, 7)],
+            vec![],
+        ),
+        (
+            "that POST hears the aborted outcome once the record is durable",
+            vec![query(1, "t"), submit_as(5, WaitFor::Decision, 7), durable()],
+            vec![presumed_outcome(1), presumed_outcome(5), presumed_end()],
+        ),
+        (
+            "a POST waiting for acks hears it when the presumed abort ends",
+            vec![query(1, "t"), submit_as(5, WaitFor::Acked, 7), durable()],
+            vec![presumed_outcome(1), presumed_end(), presumed_outcome(5)],
+        ),
+        (
+            "a POST after it ended gets the recorded abort, whatever its body",
+            vec![query(1, "t"), durable(), submit_as(5, WaitFor::Decision, 8)],
+            vec![presumed_outcome(5)],
+        ),
+        (
+            "a query after it ended is answered at once, with no new record",
+            vec![query(1, "t"), durable(), query(2, "t")],
+            vec![presumed_outcome(2)],
+        ),
+        (
+            "the record could not be made durable: askers hear log_failed, never abort",
+            vec![query(1, "t"), query(2, "t"), failed_log()],
+            vec![log_failed(1), log_failed(2)],
+        ),
+        (
+            "after that failure a POST hears log_failed too, and still no attempt starts",
+            vec![
+                query(1, "t"),
+                failed_log(),
+                submit_as(5, WaitFor::Decision, 7),
+            ],
+            vec![log_failed(5)],
+        ),
+        (
+            "a known, undecided id is not presumed: the asker waits for its real decision",
+            vec![submit(), query(2, "t")],
+            vec![],
+        ),
+        (
+            "... and hears it once durable, with the client",
+            vec![
+                submit(),
+                query(2, "t"),
+                vote("a", Yes),
+                vote("b", Yes),
+                durable(),
+            ],
+            vec![
+                outcome(1, Outcome::Committed, [Yes, Yes], [false, false]),
+                outcome(2, Outcome::Committed, [Yes, Yes], [false, false]),
+                send("a", COMMIT, 1),
+                send("b", COMMIT, 1),
+            ],
+        ),
+        (
+            "a known, ended id is answered at once from its outcome",
+            with(committed_and_durable(), [ack("a"), ack("b"), query(9, "t")]),
+            vec![outcome(9, Outcome::Committed, [Yes, Yes], [true, true])],
+        ),
+    ];
+    for (what, events, expected) in cases {
+        let (_, got) = last_commands(events);
+        assert_eq!(got, expected, "case: {what}");
+    }
+}
+
+#[test]
+fn a_presumed_abort_survives_replay_and_checkpoints() {
+    let presumed = LogRecord::Decision(presumed_record("t"));
+    let ended = LogRecord::End(EndRecord {
+        txid: id("t"),
+        ended_at_ms: 3000,
+    });
+    for (what, records, at_recovery) in [
+        (
+            "durable, crashed before End: recovery ends it",
+            vec![presumed.clone()],
+            vec![Command::AppendLazy(LogRecord::End(EndRecord {
+                txid: id("t"),
+                ended_at_ms: 5000,
+            }))],
+        ),
+        ("ended", vec![presumed, ended], vec![]),
+    ] {
+        let mut engine = Engine::replay(CONFIG, None, records).engine;
+        assert_eq!(
+            engine.step(Event::RecoveryDone { now_ms: 5000 }),
+            at_recovery,
+            "{what}"
+        );
+        assert_eq!(
+            engine.decision_query(&id("t")),
+            DecisionStatus::Abort,
+            "{what}"
+        );
+        // A client retrying the id after the restart: the recorded abort, never an attempt.
+        let retried = engine.step(submit_as(5, WaitFor::Decision, 7));
+        assert_eq!(retried, vec![presumed_outcome(5)], "{what}");
+        // And through a checkpoint.
+        let snapshot = engine.snapshot(identity());
+        let fast = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
+        assert_eq!(fast, snapshot);
+        assert!(
+            snapshot.retained.iter().any(|r| r.decision.presumed),
+            "{what}"
+        );
+        let mut restored = Engine::replay(CONFIG, Some(snapshot), []).engine;
+        assert_eq!(
+            restored.step(submit_as(6, WaitFor::Decision, 8)),
+            vec![presumed_outcome(6)],
+            "{what}"
+        );
+        // Past the retention window the id is forgotten like any other.
+        restored.step(Event::ExpireRetained {
+            now_ms: 10_000,
+            retention_ms: 1000,
+        });
+        assert_eq!(restored.decision_lookup(&id("t")), DecisionLookup::Unknown);
+    }
+    // A checkpoint taken while the record is in flight keeps it (it follows it in the log).
+    let mut engine = Engine::new(CONFIG);
+    engine.step(query(1, "t"));
+    let mut restored = Engine::replay(CONFIG, Some(engine.snapshot(identity())), []).engine;
+    assert_eq!(restored.step(Event::RecoveryDone { now_ms: 5000 }).len(), 1);
+    assert_eq!(restored.decision_query(&id("t")), DecisionStatus::Abort);
 }
 
 #[test]

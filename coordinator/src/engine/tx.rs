@@ -73,7 +73,14 @@ pub struct Tx {
     pub parts: Vec<Part>,
     pub phase: Phase,
     pub waiters: Vec<(WaiterId, WaitFor)>,
+    /// A presumed abort being made durable (or made durable): no participants, no digest.
+    pub presumed: bool,
 }
+
+/// The reason a presumed abort records, and what a client retrying that id is told.
+pub const PRESUMED_ABORT_REASON: &str = "presumed abort: a participant asked about this id after \
+     the coordinator lost it (its start was not yet durable when the coordinator crashed); \
+     use a new id to try again";
 
 impl Tx {
     pub fn part_mut(&mut self, name: &ParticipantName) -> Option<&mut Part> {
@@ -97,7 +104,37 @@ impl Tx {
                 .collect(),
             created_at_ms: self.created_at_ms,
             decided_at_ms: decided.decided_at_ms,
+            presumed: self.presumed,
         }
+    }
+
+    /// A presumed abort for an id with no record, and its decision record to log (forced):
+    /// `waiter` (the participant that asked) hears `abort` only once that record is durable.
+    pub fn presumed_abort(txid: TxId, waiter: WaiterId, now_ms: u64) -> (Tx, DecisionRecord) {
+        let decided = Decided {
+            decision: Decision::Abort,
+            reason: Some(PRESUMED_ABORT_REASON.to_string()),
+            decided_at_ms: now_ms,
+        };
+        let tx = Tx {
+            id: txid,
+            // No request body is known; `presumed` makes any body get this outcome.
+            digest: Digest(0),
+            created_at_ms: now_ms,
+            parts: Vec::new(),
+            phase: Phase::Deciding(decided.clone()),
+            waiters: vec![(waiter, WaitFor::Decision)],
+            presumed: true,
+        };
+        let record = tx.decision_record(&decided);
+        (tx, record)
+    }
+
+    /// Whether a client request with `digest` is this transaction's request (a retry) rather
+    /// than another request reusing the id. Any request matches a presumed abort: its body was
+    /// lost, and the id's outcome is settled either way.
+    pub fn accepts(&self, digest: Digest) -> bool {
+        self.presumed || self.digest == digest
     }
 
     /// A live transaction rebuilt from its decision record (recovery).
@@ -121,6 +158,7 @@ impl Tx {
                 decided_at_ms: record.decided_at_ms,
             }),
             waiters: Vec::new(),
+            presumed: record.presumed,
         }
     }
 }

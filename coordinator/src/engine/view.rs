@@ -9,6 +9,17 @@ use crate::engine::Engine;
 use crate::engine::tx::{Delivery, Phase, Tx, outcome_of};
 use crate::records::Retained;
 
+/// The answer to a participant's decision query, as far as the table knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionLookup {
+    /// Commit or abort (durable), or pending (not decided or not durable yet).
+    Known(DecisionStatus),
+    /// A presumed abort for this id is being logged: wait for it (`Event::UnknownIdQueried`).
+    PresumingAbort,
+    /// No record at all: presume abort, durably first (`Event::UnknownIdQueried`).
+    Unknown,
+}
+
 /// Counts for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
@@ -52,22 +63,32 @@ impl Engine {
         out
     }
 
-    /// What a participant in doubt is told. An id with no record is `abort` (presumed abort):
-    /// safe because a commit is only ever sent after its decision is durable, and a started
-    /// coordinator has replayed its whole log (it refuses to start on a corrupt one).
+    /// What a participant in doubt can be told without writing anything. An id with no
+    /// record is `pending` here, not `abort`: presumed abort is only safe once a record of it
+    /// is durable (see `Event::UnknownIdQueried`), or a client retrying the id could start it
+    /// afresh and commit it while the participant acts on "abort".
     pub fn decision_query(&self, txid: &TxId) -> DecisionStatus {
+        match self.decision_lookup(txid) {
+            DecisionLookup::Known(status) => status,
+            DecisionLookup::PresumingAbort | DecisionLookup::Unknown => DecisionStatus::Pending,
+        }
+    }
+
+    /// What is known about `txid` for a participant's decision query.
+    pub fn decision_lookup(&self, txid: &TxId) -> DecisionLookup {
         if let Some(tx) = self.live.get(txid) {
             return match &tx.phase {
-                Phase::Decided(decided) => decided.decision.into(),
+                Phase::Decided(decided) => DecisionLookup::Known(decided.decision.into()),
+                Phase::Deciding(_) if tx.presumed => DecisionLookup::PresumingAbort,
                 // Not durable yet (or unknowable after a log failure): ask again.
                 Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => {
-                    DecisionStatus::Pending
+                    DecisionLookup::Known(DecisionStatus::Pending)
                 }
             };
         }
         match self.retained.get(txid) {
-            Some(retained) => retained.decision.decision.into(),
-            None => DecisionStatus::Abort,
+            Some(retained) => DecisionLookup::Known(retained.decision.decision.into()),
+            None => DecisionLookup::Unknown,
         }
     }
 

@@ -29,7 +29,7 @@ use wal::{Durability, RecordType, Wal};
 
 use crate::config::Config;
 use crate::engine::view::Gauges;
-use crate::engine::{Command, Engine, Event, Reply, WaitFor, WaiterId};
+use crate::engine::{Command, DecisionLookup, Engine, Event, Reply, WaitFor, WaiterId};
 use crate::metrics::Metrics;
 use crate::records::{EpochRecord, LogRecord};
 use participants::DeliveryError;
@@ -58,6 +58,17 @@ pub struct Core {
     metrics: Arc<Metrics>,
     /// Set while recovery issues its resends (for the `coordinator::during_recovery` point).
     recovering: AtomicBool,
+}
+
+/// Why a participant's decision query got no decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The log failed: a presumed abort could not be made durable, so none is told.
+    #[error("the log failed: {0}")]
+    LogFailed(String),
+    /// The process is stopping before the answer was durable.
+    #[error("the coordinator is shutting down")]
+    ShuttingDown,
 }
 
 /// A new transaction, checked by the API.
@@ -127,8 +138,53 @@ impl Core {
         self.lock_engine().list(state, limit)
     }
 
-    pub fn decision_query(&self, txid: &TxId) -> DecisionStatus {
-        self.lock_engine().decision_query(txid)
+    /// What a participant in doubt is told about `txid`. An id with no record gets a presumed
+    /// abort, logged (forced) before it is answered, so that a client retrying the id later
+    /// finds it aborted instead of starting it again while the participant aborts; queries
+    /// for the same id while that record is in flight share it.
+    pub async fn decision_query(
+        self: &Arc<Self>,
+        txid: &TxId,
+    ) -> Result<DecisionStatus, QueryError> {
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.lock_waiters().insert(waiter, sender);
+        let mut known = None;
+        self.apply_with(|engine| match engine.decision_lookup(txid) {
+            DecisionLookup::Known(status) => {
+                known = Some(Ok(status));
+                Vec::new()
+            }
+            // A poisoned log cannot make the presumption durable: an unlogged abort is the
+            // bug this avoids, so say nothing rather than something undurable.
+            DecisionLookup::Unknown if self.wal.is_poisoned() => {
+                known = Some(Err(QueryError::LogFailed(
+                    "the log is poisoned; cannot record a presumed abort".to_string(),
+                )));
+                Vec::new()
+            }
+            DecisionLookup::Unknown | DecisionLookup::PresumingAbort => {
+                engine.step(Event::UnknownIdQueried {
+                    waiter,
+                    txid: txid.clone(),
+                    now_ms: now_ms(),
+                })
+            }
+        });
+        if let Some(answer) = known {
+            self.lock_waiters().remove(&waiter);
+            return answer;
+        }
+        match receiver.await {
+            Ok(Reply::Outcome(response)) => Ok(match response.outcome {
+                protocol::Outcome::Committed => DecisionStatus::Commit,
+                protocol::Outcome::Aborted => DecisionStatus::Abort,
+            }),
+            Ok(Reply::LogFailed { error }) => Err(QueryError::LogFailed(error)),
+            // Not a reply the engine gives a query; "ask again" is always safe.
+            Ok(Reply::Conflict { .. }) => Ok(DecisionStatus::Pending),
+            Err(_) => Err(QueryError::ShuttingDown),
+        }
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -154,10 +210,16 @@ impl Core {
 
     /// Steps the engine and executes its commands in order.
     pub fn apply(self: &Arc<Self>, event: Event) {
+        self.apply_with(|engine| engine.step(event));
+    }
+
+    /// Runs `step` (which reads and steps the engine) under the engine lock, then executes the
+    /// commands it returned in order.
+    fn apply_with(self: &Arc<Self>, step: impl FnOnce(&mut Engine) -> Vec<Command>) {
         let mut decisions = Vec::new();
         let commands = {
             let mut engine = self.lock_engine();
-            let commands = engine.step(event);
+            let commands = step(&mut engine);
             // Submitted under the lock: the log's order is the engine's order.
             for command in &commands {
                 match command {
@@ -177,14 +239,21 @@ impl Core {
                         drop(ticket);
                     }
                     Command::AppendDecision(decision) => {
-                        crash_point!("coordinator::before_decision_durable");
+                        if !decision.presumed {
+                            crash_point!("coordinator::before_decision_durable");
+                        }
                         let record = LogRecord::Decision(decision.clone());
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),
                             record.encode(),
                             Durability::Forced,
                         );
-                        decisions.push((decision.txid.clone(), decision.decision, ticket));
+                        decisions.push((
+                            decision.txid.clone(),
+                            decision.decision,
+                            decision.presumed,
+                            ticket,
+                        ));
                     }
                     Command::SendPrepare { .. }
                     | Command::ArmPrepareDeadline { .. }
@@ -198,13 +267,22 @@ impl Core {
         for command in commands {
             self.execute(command);
         }
-        for (txid, decision, ticket) in decisions {
+        for (txid, decision, presumed, ticket) in decisions {
             let core = Arc::clone(self);
             let span = info_span!(parent: None, "tx", txid = %txid);
             let submitted = Instant::now();
             tokio::spawn(
                 async move {
                     match ticket.wait().await {
+                        Ok(_) if presumed => {
+                            core.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
+                            warn!(
+                                "presumed abort made durable: a participant asked about an id \
+                                 this coordinator has no record of (its start was lost in a \
+                                 crash); the id stays aborted"
+                            );
+                            core.apply(Event::DecisionDurable { txid });
+                        }
                         Ok(_) => {
                             core.metrics.decision_fsync.observe(submitted.elapsed());
                             crash_point!("coordinator::after_decision_durable");

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::digest::Digest;
 use crate::engine::{Reply, WaitFor};
 use crate::metrics::Metrics;
-use crate::runtime::{NewTransaction, recover_on};
+use crate::runtime::{NewTransaction, QueryError, recover_on};
 
 type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
 
@@ -108,7 +108,52 @@ async fn a_decision_that_never_becomes_durable_is_never_sent() {
     assert_eq!(routes, ["prepare"]);
     assert!(core.is_poisoned());
     assert_eq!(
-        core.decision_query(&TxId::new("t-bad-disk").unwrap()),
-        protocol::DecisionStatus::Pending
+        core.decision_query(&TxId::new("t-bad-disk").unwrap()).await,
+        Ok(protocol::DecisionStatus::Pending)
     );
+    // An id with no record: an abort that could not be logged is never said.
+    assert!(matches!(
+        core.decision_query(&TxId::new("t-never-seen").unwrap())
+            .await,
+        Err(QueryError::LogFailed(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presumed_abort_is_durable_before_it_is_answered_and_settles_the_id() {
+    let (core, storage, log) = setup().await;
+    let sync_delay = Duration::from_millis(300);
+    storage.set_sync_delay(sync_delay);
+    let lost = TxId::new("t-lost").unwrap();
+    let records_before = core.wal_stats().records_appended;
+    let asked = Instant::now();
+    // Two participants in doubt ask at once: one record, both hear abort after its fsync.
+    let (first, second) = tokio::join!(core.decision_query(&lost), core.decision_query(&lost));
+    assert_eq!(first, Ok(protocol::DecisionStatus::Abort));
+    assert_eq!(second, Ok(protocol::DecisionStatus::Abort));
+    assert!(asked.elapsed() >= sync_delay, "abort said before its fsync");
+    assert_eq!(
+        core.metrics()
+            .presumed_aborts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // The decision and the (lazy) End: no second decision for the second query.
+    let appended = || core.wal_stats().records_appended - records_before;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while appended() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(appended(), 2);
+    // The client retrying the id, with any body: the recorded abort, and no prepare is sent.
+    let reply = core.submit(one("t-lost")).await.unwrap();
+    let Reply::Outcome(response) = reply else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(response.outcome, Outcome::Aborted);
+    assert_eq!(
+        response.reason.as_deref(),
+        Some(crate::engine::PRESUMED_ABORT_REASON)
+    );
+    assert!(log.lock().unwrap().is_empty(), "{:?}", log.lock().unwrap());
 }

@@ -30,17 +30,27 @@ impl<R: Resource> Engine<R> {
         };
         let mut commands = Vec::new();
         let reply = if let Some(prepared) = self.prepared.get(&txid) {
-            if prepared.coordinator_id == coordinator_id {
-                // A duplicate: same vote, but only once the first one's record is durable.
-                commands.push(barrier);
-                Reply::Vote(Vote::Yes)
-            } else {
+            if prepared.coordinator_id != coordinator_id {
                 Reply::Vote(Vote::No {
                     reason: format!(
                         "transaction {txid} is prepared here for coordinator {}",
                         prepared.coordinator_id
                     ),
                 })
+            } else if prepared.payload != payload {
+                // The id is reused with another body (a coordinator that lost its record of
+                // the first attempt takes a client's retry as new). A yes would promise to
+                // commit the new request while the old payload is what is staged and locked.
+                Reply::Vote(Vote::No {
+                    reason: format!(
+                        "transaction {txid} is already prepared here with a different payload; \
+                         the prepared one stays until the coordinator decides it"
+                    ),
+                })
+            } else {
+                // A duplicate: same vote, but only once the first one's record is durable.
+                commands.push(barrier);
+                Reply::Vote(Vote::Yes)
             }
         } else if let Some(ended) = self.tombstones.get(&txid) {
             match ended {
