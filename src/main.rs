@@ -37,6 +37,9 @@ enum Command {
     Bench(bench::Args),
     /// Check the invariants of a recorded demo run against a running cluster again.
     Audit(audit_cmd::Args),
+    /// One process of `twopc bench`'s HTTP floor cluster (started by the bench itself).
+    #[command(hide = true)]
+    BenchFloorNode(bench::floor::NodeArgs),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Wal(command) => wal_cmd::main(command),
         Command::Demo(args) => demo::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::BenchFloorNode(args) => bench::floor::main(args),
         Command::Audit(args) => audit_cmd::main(args),
     }
 }

@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod digest;
 pub mod engine;
+pub mod http_client;
 pub mod metrics;
 pub mod records;
 pub mod runtime;

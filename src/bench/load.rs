@@ -7,7 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use coordinator::http_client::Endpoint;
+use protocol::routes;
 use serde_json::json;
+
+/// How long one transaction may take before the bench counts it as failed.
+const ANSWER_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// What one cell of the table measured.
 #[derive(Debug, Clone, Default)]
@@ -43,24 +48,21 @@ fn body(cell: &str, worker: usize, seq: u64, participants: &[String]) -> serde_j
 
 /// Runs the closed loop: `warmup` first (not counted), then `duration` measured.
 pub async fn run(
-    client: &reqwest::Client,
-    coordinator_url: &str,
+    coordinator: &Arc<Endpoint>,
     cell: &str,
     participants: &[String],
     concurrency: usize,
     warmup: Duration,
     duration: Duration,
 ) -> LoadResult {
-    let url = Arc::new(format!("{coordinator_url}/v1/transactions"));
     let participants = Arc::new(participants.to_vec());
     let start = Instant::now();
     let measure_from = start + warmup;
     let stop_at = measure_from + duration;
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..concurrency.max(1) {
-        let (client, url, participants, cell) = (
-            client.clone(),
-            url.clone(),
+        let (coordinator, participants, cell) = (
+            Arc::clone(coordinator),
             participants.clone(),
             cell.to_string(),
         );
@@ -70,16 +72,17 @@ pub async fn run(
             while Instant::now() < stop_at {
                 seq += 1;
                 let sent = Instant::now();
-                let ok = match client
-                    .post(url.as_str())
-                    .json(&body(&cell, worker, seq, &participants))
-                    .send()
+                let json = body(&cell, worker, seq, &participants)
+                    .to_string()
+                    .into_bytes();
+                let ok = match coordinator
+                    .post_json(routes::TRANSACTIONS, json, ANSWER_WAIT_MAX)
                     .await
                 {
-                    Ok(response) if response.status().is_success() => response
-                        .json::<protocol::TransactionResponse>()
-                        .await
-                        .is_ok_and(|r| r.outcome == protocol::Outcome::Committed),
+                    Ok(answer) if answer.status == 200 => {
+                        serde_json::from_slice::<protocol::TransactionResponse>(&answer.body)
+                            .is_ok_and(|r| r.outcome == protocol::Outcome::Committed)
+                    }
                     _ => false,
                 };
                 result.committed_all += u64::from(ok);

@@ -2,13 +2,17 @@
 //! several concurrencies, fsync on, against a baseline of the very same HTTP exchanges with
 //! durability off, run in the same process, interleaved cell by cell so drift hits both.
 
+pub mod floor;
 mod load;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+
+use coordinator::http_client::Endpoint;
 
 use crate::latency::quantile;
 use crate::metrics_text;
@@ -28,9 +32,12 @@ pub struct Args {
     /// Measured seconds per cell (after a warm-up of a fifth of it).
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Skip the durability-off baseline (halves the run time; no ratio).
+    /// Skip the durability-off baseline (no ratio).
     #[arg(long)]
     pub no_baseline: bool,
+    /// Skip the HTTP floor (the same exchanges through processes that do nothing else).
+    #[arg(long)]
+    pub no_floor: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -56,6 +63,10 @@ pub struct Cell {
     pub baseline_per_s: Option<f64>,
     /// committed_per_s / baseline_per_s.
     pub ratio: Option<f64>,
+    /// The same exchanges through a relay and leaves that do nothing else (see `floor`).
+    pub floor_per_s: Option<f64>,
+    /// committed_per_s / floor_per_s.
+    pub share_of_floor: Option<f64>,
     /// fsyncs by the coordinator and participants, per committed transaction.
     pub fsyncs_per_tx: Option<f64>,
 }
@@ -68,7 +79,7 @@ pub fn main(args: Args) -> ExitCode {
 
 /// A cluster to measure: either ours (owned, stopped at the end) or the user's.
 struct Target {
-    coordinator_url: String,
+    coordinator: Arc<Endpoint>,
     /// Every URL whose `/metrics` counts fsyncs.
     metric_urls: Vec<String>,
     participants: Vec<String>,
@@ -95,7 +106,7 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
     let mut metric_urls = vec![cluster.coordinator_url()];
     metric_urls.extend(names.iter().filter_map(|n| cluster.participant_url(n)));
     Ok(Target {
-        coordinator_url: cluster.coordinator_url(),
+        coordinator: Arc::new(Endpoint::new(&cluster.coordinator_url())?),
         metric_urls,
         participants: names,
         _cluster: Some(cluster),
@@ -124,7 +135,9 @@ async fn run(args: Args) -> Result<()> {
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
         Some(url) => Target {
-            coordinator_url: url.trim_end_matches('/').to_string(),
+            coordinator: Arc::new(
+                Endpoint::new(url).with_context(|| format!("--target-coordinator {url:?}"))?,
+            ),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),
             _cluster: None,
@@ -140,9 +153,17 @@ async fn run(args: Args) -> Result<()> {
     } else {
         None
     };
-    let max_concurrency = args.concurrency.iter().copied().max().unwrap_or(1);
+    let floor = if own && !args.no_floor {
+        let cluster = tokio::task::block_in_place(|| {
+            floor::FloorCluster::start(max_participants, &scratch.join("floor"))
+        })
+        .context("starting the HTTP floor cluster")?;
+        let relay = Arc::new(Endpoint::new(&cluster.relay_url())?);
+        Some((cluster, relay))
+    } else {
+        None
+    };
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(max_concurrency)
         .timeout(Duration::from_secs(30))
         .build()?;
     let measured = Duration::from_secs_f64(args.seconds.max(0.1));
@@ -157,8 +178,7 @@ async fn run(args: Args) -> Result<()> {
             let cell_id = format!("b{}-n{participants}-c{concurrency}", std::process::id());
             let fsyncs_before = fsyncs(&client, &durable).await;
             let result = load::run(
-                &client,
-                &durable.coordinator_url,
+                &durable.coordinator,
                 &format!("{cell_id}d"),
                 names,
                 concurrency,
@@ -170,10 +190,23 @@ async fn run(args: Args) -> Result<()> {
             let base = match &baseline {
                 Some(b) => Some(
                     load::run(
-                        &client,
-                        &b.coordinator_url,
+                        &b.coordinator,
                         &format!("{cell_id}b"),
                         &b.participants[..participants],
+                        concurrency,
+                        warmup,
+                        measured,
+                    )
+                    .await,
+                ),
+                None => None,
+            };
+            let floor_result = match &floor {
+                Some((_, relay)) => Some(
+                    load::run(
+                        relay,
+                        &format!("{cell_id}f"),
+                        &durable.participants[..participants],
                         concurrency,
                         warmup,
                         measured,
@@ -185,6 +218,7 @@ async fn run(args: Args) -> Result<()> {
             let ms = |q| quantile(&result.latencies, q).map(|d| d.as_secs_f64() * 1e3);
             let per_s = result.per_second();
             let baseline_per_s = base.as_ref().map(|b| b.per_second());
+            let floor_per_s = floor_result.as_ref().map(|f| f.per_second());
             let cell = Cell {
                 participants,
                 concurrency,
@@ -195,6 +229,8 @@ async fn run(args: Args) -> Result<()> {
                 p999_ms: ms(0.999),
                 baseline_per_s,
                 ratio: baseline_per_s.filter(|b| *b > 0.0).map(|b| per_s / b),
+                floor_per_s,
+                share_of_floor: floor_per_s.filter(|f| *f > 0.0).map(|f| per_s / f),
                 fsyncs_per_tx: match (fsyncs_before, fsyncs_after) {
                     (Some(a), Some(b)) if result.committed_all > 0 => {
                         Some((b - a) / result.committed_all as f64)
@@ -217,6 +253,7 @@ async fn run(args: Args) -> Result<()> {
     }
     drop(durable);
     drop(baseline);
+    drop(floor);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }
@@ -224,7 +261,7 @@ async fn run(args: Args) -> Result<()> {
 fn print_table(cells: &[Cell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>5} {:>5} {:>10} {:>8} {:>8} {:>8} {:>11} {:>6} {:>9} {:>6}",
+        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>6}",
         "parts",
         "conc",
         "tx/s",
@@ -233,12 +270,14 @@ fn print_table(cells: &[Cell]) {
         "p999 ms",
         "base tx/s",
         "ratio",
+        "floor tx/s",
+        "share",
         "fsyncs/tx",
         "failed"
     );
     for c in cells {
         println!(
-            "{:>5} {:>5} {:>10.0} {:>8} {:>8} {:>8} {:>11} {:>6} {:>9} {:>6}",
+            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>6}",
             c.participants,
             c.concurrency,
             c.committed_per_s,
@@ -247,6 +286,8 @@ fn print_table(cells: &[Cell]) {
             f(c.p999_ms, 2),
             f(c.baseline_per_s, 0),
             f(c.ratio, 2),
+            f(c.floor_per_s, 0),
+            f(c.share_of_floor, 2),
             f(c.fsyncs_per_tx, 2),
             c.failed
         );

@@ -30,6 +30,7 @@ use wal::{Durability, RecordType, Wal};
 use crate::config::Config;
 use crate::engine::view::Gauges;
 use crate::engine::{Command, DecisionLookup, Engine, Event, Reply, WaitFor, WaiterId};
+use crate::http_client::Endpoint;
 use crate::metrics::Metrics;
 use crate::records::{EpochRecord, LogRecord};
 use participants::DeliveryError;
@@ -52,8 +53,7 @@ pub struct Core {
     next_waiter: AtomicU64,
     wal: Wal,
     identity: EpochRecord,
-    participants: BTreeMap<ParticipantName, String>,
-    http: reqwest::Client,
+    participants: BTreeMap<ParticipantName, Endpoint>,
     config: Config,
     metrics: Arc<Metrics>,
     /// Set while recovery issues its resends (for the `coordinator::during_recovery` point).
@@ -397,20 +397,14 @@ impl Core {
     ) {
         let started = Instant::now();
         let (vote, reason) = match self.participants.get(&participant) {
-            Some(base) => {
+            Some(endpoint) => {
                 let request = PrepareRequest {
                     txid: txid.clone(),
                     coordinator_id: self.identity.coordinator_id.clone(),
                     epoch: self.identity.epoch,
                     payload,
                 };
-                participants::prepare(
-                    &self.http,
-                    base,
-                    &request,
-                    Duration::from_millis(timeout_ms),
-                )
-                .await
+                participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms)).await
             }
             None => (
                 VoteKind::Error,
@@ -448,15 +442,14 @@ impl Core {
                 .fetch_add(1, Ordering::Relaxed);
         }
         let result = match self.participants.get(&participant) {
-            Some(base) => {
+            Some(endpoint) => {
                 let request = DecisionRequest {
                     txid: txid.clone(),
                     coordinator_id: self.identity.coordinator_id.clone(),
                     epoch: self.identity.epoch,
                 };
                 participants::deliver(
-                    &self.http,
-                    base,
+                    endpoint,
                     decision,
                     &request,
                     Duration::from_millis(self.config.delivery_timeout_ms),

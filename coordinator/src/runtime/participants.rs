@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use protocol::limits::REASON_LEN_MAX;
+
+use crate::http_client::{Answer, CallError, Endpoint};
 use protocol::{
     AckResponse, Decision, DecisionRequest, ErrorBody, ErrorCode, PrepareRequest, Vote, VoteKind,
     routes,
@@ -37,51 +39,38 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
-fn transport(error: &reqwest::Error) -> String {
-    // reqwest's Display hides the cause ("error sending request"); the chain says what happened.
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// Sends a prepare and turns whatever comes back into a vote. Only a 200 with a well-formed
 /// `{"vote":"yes"}` is a yes.
 pub async fn prepare(
-    http: &reqwest::Client,
-    base: &str,
+    endpoint: &Endpoint,
     request: &PrepareRequest,
     timeout: Duration,
 ) -> (VoteKind, Option<String>) {
-    let sent = http
-        .post(format!("{base}{}", routes::PREPARE))
-        .timeout(timeout)
-        .json(request)
-        .send()
-        .await;
-    let response = match sent {
-        Ok(response) => response,
-        Err(e) if e.is_timeout() => return (VoteKind::Timeout, None),
-        Err(e) => return (VoteKind::Error, Some(transport(&e))),
+    let json = match serde_json::to_vec(request) {
+        Ok(json) => json,
+        Err(e) => {
+            return (
+                VoteKind::Error,
+                Some(format!("cannot encode the prepare: {e}")),
+            );
+        }
     };
-    let status = response.status().as_u16();
-    let body = match response.bytes().await {
-        Ok(body) => body,
-        Err(e) if e.is_timeout() => return (VoteKind::Timeout, None),
-        Err(e) => return (VoteKind::Error, Some(transport(&e))),
+    let answer = match endpoint.post_json(routes::PREPARE, json, timeout).await {
+        Ok(answer) => answer,
+        Err(CallError::Timeout(_)) => return (VoteKind::Timeout, None),
+        Err(e) => return (VoteKind::Error, Some(e.to_string())),
     };
-    if status != 200 {
-        let text = String::from_utf8_lossy(&body).into_owned();
+    if answer.status != 200 {
+        let text = String::from_utf8_lossy(&answer.body);
         return (
             VoteKind::Error,
-            Some(truncate(format!("HTTP {status}: {text}"), REASON_LEN_MAX)),
+            Some(truncate(
+                format!("HTTP {}: {text}", answer.status),
+                REASON_LEN_MAX,
+            )),
         );
     }
-    match serde_json::from_slice::<Vote>(&body) {
+    match serde_json::from_slice::<Vote>(&answer.body) {
         Ok(Vote::Yes) => (VoteKind::Yes, None),
         Ok(Vote::No { reason }) => (VoteKind::No, Some(truncate(reason, REASON_LEN_MAX))),
         Err(e) => (VoteKind::Error, Some(format!("malformed vote: {e}"))),
@@ -90,8 +79,7 @@ pub async fn prepare(
 
 /// Sends commit or abort; `Ok` only for a 200 `{"ack":true}`.
 pub async fn deliver(
-    http: &reqwest::Client,
-    base: &str,
+    endpoint: &Endpoint,
     decision: Decision,
     request: &DecisionRequest,
     timeout: Duration,
@@ -100,18 +88,12 @@ pub async fn deliver(
         Decision::Commit => routes::COMMIT,
         Decision::Abort => routes::ABORT,
     };
-    let response = http
-        .post(format!("{base}{route}"))
-        .timeout(timeout)
-        .json(request)
-        .send()
+    let json = serde_json::to_vec(request)
+        .map_err(|e| DeliveryError::Transport(format!("cannot encode the decision: {e}")))?;
+    let Answer { status, body } = endpoint
+        .post_json(route, json, timeout)
         .await
-        .map_err(|e| DeliveryError::Transport(transport(&e)))?;
-    let status = response.status().as_u16();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| DeliveryError::Transport(transport(&e)))?;
+        .map_err(|e| DeliveryError::Transport(e.to_string()))?;
     let text = || truncate(String::from_utf8_lossy(&body).into_owned(), REASON_LEN_MAX);
     if status == 200 {
         return match serde_json::from_slice::<AckResponse>(&body) {

@@ -14,6 +14,7 @@ use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalErro
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Event};
+use crate::http_client::{BadBaseUrl, Endpoint};
 use crate::metrics::Metrics;
 use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
 use crate::runtime::{Core, now_ms};
@@ -30,6 +31,8 @@ pub enum StartError {
     Log(WalError),
     #[error("cannot make a coordinator id: {0}")]
     Identity(protocol::IdError),
+    #[error("participant URL: {0}")]
+    ParticipantUrl(BadBaseUrl),
     #[error("log open task failed: {0}")]
     Join(String),
 }
@@ -128,18 +131,19 @@ pub async fn recover_on(
     info!(coordinator_id = %identity.coordinator_id, epoch = %identity.epoch,
           preparing = gauges.preparing, committing = gauges.committing, aborting = gauges.aborting,
           retained = gauges.retained, "log replayed");
-    let http = reqwest::Client::builder()
-        .pool_idle_timeout(std::time::Duration::from_secs(30))
-        .build()
-        .map_err(|e| StartError::Join(format!("HTTP client: {e}")))?;
+    let participants = config
+        .participants
+        .iter()
+        .map(|(name, url)| Ok((name.clone(), Endpoint::new(url)?)))
+        .collect::<Result<_, BadBaseUrl>>()
+        .map_err(StartError::ParticipantUrl)?;
     let core = Arc::new(Core {
         engine: Mutex::new(replayed.engine),
         waiters: Mutex::new(HashMap::new()),
         next_waiter: AtomicU64::new(1),
         wal,
         identity,
-        participants: config.participants.clone(),
-        http,
+        participants,
         config: config.clone(),
         metrics,
         recovering: AtomicBool::new(true),

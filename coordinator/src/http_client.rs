@@ -1,0 +1,387 @@
+//! A lean HTTP/1.1 client for the hot path: one `Endpoint` per peer (`http://host:port`), a
+//! pool of kept-alive connections to it, and one call shape: POST a JSON body, read the status
+//! and the whole (bounded) answer.
+//!
+//! Why not reqwest here: every transaction makes two calls per participant, and measured on the
+//! two-core bench machine, reqwest's per-request work (URL parsing, header maps, redirect and
+//! timeout layers, a client clone) halved the throughput of a bare request chain compared with
+//! hyper's connection API underneath it (docs/benchmarks.md). Everything off the hot path keeps
+//! using reqwest.
+//!
+//! Retrying: a request that fails on a *reused* connection before any answer arrived (the peer
+//! closed the idle connection as we sent) is sent once more on a fresh connection. That is
+//! safe only because every call made through this client is idempotent by protocol (prepare,
+//! commit and abort carry the transaction id; so does a client's transaction request).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+/// Answers larger than this are refused: no peer of ours sends more than a few hundred bytes,
+/// and a broken one must not make us buffer without bound.
+pub const ANSWER_BYTES_MAX: usize = 1 << 20;
+
+/// Idle connections kept per endpoint beyond this are closed (each is a socket on both sides).
+const IDLE_MAX: usize = 512;
+
+/// An idle connection unused for this long is closed rather than reused: the peer may be
+/// about to close it, and a request that races that close costs a retry.
+const IDLE_FOR_MAX: Duration = Duration::from_secs(30);
+
+/// Why a call got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect to {authority}: {source}")]
+    Connect {
+        authority: String,
+        source: std::io::Error,
+    },
+    #[error("HTTP exchange with {authority} failed: {source}")]
+    Exchange {
+        authority: String,
+        source: hyper::Error,
+    },
+    #[error("answer from {authority} unreadable or over {ANSWER_BYTES_MAX} bytes: {detail}")]
+    Body { authority: String, detail: String },
+    #[error("cannot build a request to {authority}: {detail}")]
+    Request { authority: String, detail: String },
+}
+
+/// A status and a whole body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+/// Why a base URL is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{url:?} is not a base URL of the form http://host:port")]
+pub struct BadBaseUrl {
+    pub url: String,
+}
+
+struct Idle {
+    sender: SendRequest<Full<Bytes>>,
+    since: Instant,
+}
+
+/// One peer and its kept-alive connections.
+pub struct Endpoint {
+    base_url: String,
+    /// `host:port`: what is dialled and what the `Host` header says.
+    authority: String,
+    idle: Mutex<Vec<Idle>>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// `base_url` must be `http://host:port` (a trailing `/` is allowed; port 80 if absent).
+    pub fn new(base_url: &str) -> Result<Self, BadBaseUrl> {
+        let bad = || BadBaseUrl {
+            url: base_url.to_string(),
+        };
+        let rest = base_url.strip_prefix("http://").ok_or_else(bad)?;
+        let host_port = rest.strip_suffix('/').unwrap_or(rest);
+        if host_port.is_empty() || host_port.contains(['/', '?', '#', '@', ' ']) {
+            return Err(bad());
+        }
+        let has_port = !host_port.ends_with(']') && host_port.contains(':');
+        let authority = if has_port {
+            host_port.to_string()
+        } else {
+            format!("{host_port}:80")
+        };
+        let parsed: hyper::http::uri::Authority = authority.parse().map_err(|_| bad())?;
+        if parsed.port_u16().is_none() || parsed.host().is_empty() {
+            return Err(bad());
+        }
+        Ok(Self {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            authority,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The URL as configured, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// POSTs `json` to `path` and reads the answer, all within `timeout`.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        json: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
+        let body = Bytes::from(json);
+        tokio::time::timeout(timeout, self.post_with_one_retry(path, body))
+            .await
+            .unwrap_or(Err(CallError::Timeout(timeout)))
+    }
+
+    async fn post_with_one_retry(&self, path: &str, body: Bytes) -> Result<Answer, CallError> {
+        let (sender, reused) = match self.take_idle() {
+            Some(sender) => (sender, true),
+            None => (self.connect().await?, false),
+        };
+        match self.exchange(sender, path, body.clone()).await {
+            Err(CallError::Exchange { source, .. })
+                if reused && (source.is_canceled() || source.is_incomplete_message()) =>
+            {
+                let fresh = self.connect().await?;
+                self.exchange(fresh, path, body).await
+            }
+            result => result,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        mut sender: SendRequest<Full<Bytes>>,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Answer, CallError> {
+        let request = hyper::Request::post(path)
+            .header(hyper::header::HOST, self.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| CallError::Request {
+                authority: self.authority.clone(),
+                detail: e.to_string(),
+            })?;
+        let exchange_error = |source| CallError::Exchange {
+            authority: self.authority.clone(),
+            source,
+        };
+        sender.ready().await.map_err(exchange_error)?;
+        let response = sender.send_request(request).await.map_err(exchange_error)?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), ANSWER_BYTES_MAX)
+            .collect()
+            .await
+            .map_err(|e| CallError::Body {
+                authority: self.authority.clone(),
+                detail: e.to_string(),
+            })?
+            .to_bytes();
+        // Only a connection whose answer was read to the end can carry the next request.
+        self.put_idle(sender);
+        Ok(Answer { status, body })
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, CallError> {
+        let connect_error = |source| CallError::Connect {
+            authority: self.authority.clone(),
+            source,
+        };
+        let stream = tokio::net::TcpStream::connect(self.authority.as_str())
+            .await
+            .map_err(connect_error)?;
+        // Requests are small and answered at once; Nagle would hold each one back.
+        stream.set_nodelay(true).map_err(connect_error)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|source| CallError::Exchange {
+                authority: self.authority.clone(),
+                source,
+            })?;
+        // The connection's I/O runs as its own task; it ends when `sender` is dropped or the
+        // peer closes. Its error, if any, also reaches the request that was in flight.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    fn take_idle(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(Idle { sender, since }) = idle.pop() {
+            if !sender.is_closed() && since.elapsed() < IDLE_FOR_MAX {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, sender: SendRequest<Full<Bytes>>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < IDLE_MAX {
+            idle.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Idle connections held now (for tests).
+    pub fn idle_connections(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked() {
+        let endpoint = Endpoint::new("http://127.0.0.1:7001/").unwrap();
+        assert_eq!(endpoint.authority, "127.0.0.1:7001");
+        assert_eq!(endpoint.base_url(), "http://127.0.0.1:7001");
+        assert_eq!(
+            Endpoint::new("http://inventory").unwrap().authority,
+            "inventory:80"
+        );
+        for bad in [
+            "https://x:1",
+            "http://",
+            "http://x:1/path",
+            "x:1",
+            "http://u@x:1",
+            "http://x:notaport",
+        ] {
+            assert!(Endpoint::new(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    async fn serve(
+        app: axum::Router,
+    ) -> (String, tokio::task::JoinHandle<Result<(), std::io::Error>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        (
+            url,
+            tokio::spawn(async move { axum::serve(listener, app).await }),
+        )
+    }
+
+    #[tokio::test]
+    async fn posts_json_reads_the_answer_and_reuses_the_connection() {
+        use axum::routing::post;
+        let app = axum::Router::new().route(
+            "/echo",
+            post(|headers: axum::http::HeaderMap, body: Bytes| async move {
+                let kind = headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                (
+                    axum::http::StatusCode::ACCEPTED,
+                    format!("{kind} {}", body.len()),
+                )
+            }),
+        );
+        let (url, _server) = serve(app).await;
+        let endpoint = Endpoint::new(&url).unwrap();
+        for _ in 0..3 {
+            let answer = endpoint
+                .post_json("/echo", b"{\"a\":1}".to_vec(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(answer.status, 202);
+            assert_eq!(&answer.body[..], b"application/json 7");
+            assert_eq!(endpoint.idle_connections(), 1, "one connection, reused");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_peer_times_out_and_its_connection_is_not_reused() {
+        use axum::routing::post;
+        let app = axum::Router::new().route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        );
+        let (url, _server) = serve(app).await;
+        let endpoint = Endpoint::new(&url).unwrap();
+        let error = endpoint
+            .post_json("/slow", b"{}".to_vec(), Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::Timeout(_)), "{error}");
+        assert_eq!(endpoint.idle_connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_answer_is_refused() {
+        use axum::routing::post;
+        let app =
+            axum::Router::new().route("/big", post(|| async { vec![b'x'; ANSWER_BYTES_MAX + 1] }));
+        let (url, _server) = serve(app).await;
+        let endpoint = Endpoint::new(&url).unwrap();
+        let error = endpoint
+            .post_json("/big", b"{}".to_vec(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::Body { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn nobody_listening_is_a_connect_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let endpoint = Endpoint::new(&url).unwrap();
+        let error = endpoint
+            .post_json("/x", b"{}".to_vec(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::Connect { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_peer_closed_while_idle_is_replaced() {
+        // A raw server that answers one request per connection and then closes it, without
+        // saying `Connection: close`: the pooled connection is dead when it is next used.
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buffer = vec![0u8; 4096];
+                let _ = socket.read(&mut buffer).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                drop(socket);
+            }
+        });
+        let endpoint = Endpoint::new(&url).unwrap();
+        for _ in 0..3 {
+            let answer = endpoint
+                .post_json("/x", b"{}".to_vec(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(&answer.body[..], b"ok");
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "each request needed a connection of its own"
+        );
+    }
+}
