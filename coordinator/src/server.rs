@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -111,6 +112,10 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
     let metrics = Arc::new(Metrics::default());
     let state = AppState::new(Arc::clone(&metrics));
     let (stop, stopped) = oneshot::channel::<()>();
+    // Answers are small and written whole; Nagle would hold some of them back for an ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let serve = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async {
         let _ = stopped.await;
     });

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use axum::serve::ListenerExt;
 use protocol::ParticipantName;
 
 use crate::config::ParticipantConfig;
@@ -158,6 +159,10 @@ async fn serve(
     let resolver = participant.spawn_resolver();
     tracing::info!(%name, %listen, "participant ready");
     let watched = participant.clone();
+    // Answers are small and written whole; Nagle would hold some of them back for an ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let served = axum::serve(listener, routes::app(&participant))
         .with_graceful_shutdown(async move {
             tokio::select! {

@@ -20,6 +20,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use coordinator::http_client::Endpoint;
 use protocol::{
     AckResponse, CoordinatorId, DecisionRequest, Epoch, Outcome, ParticipantName,
@@ -139,6 +140,9 @@ async fn serve(args: NodeArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }

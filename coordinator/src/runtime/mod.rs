@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
-use tracing::{Instrument, error, info_span, warn};
+use tracing::{error, warn};
 
 use protocol::{
     Decision, DecisionRequest, DecisionStatus, ParticipantName, PrepareRequest, TransactionState,
@@ -115,17 +115,14 @@ impl Core {
         let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
         self.lock_waiters().insert(waiter, sender);
-        let span = info_span!(parent: None, "tx", txid = %tx.txid);
-        span.in_scope(|| {
-            self.apply(Event::Submit {
-                waiter,
-                wait: tx.wait,
-                txid: tx.txid,
-                digest: tx.digest,
-                participants: tx.participants,
-                timeout_ms: tx.timeout_ms,
-                now_ms: now_ms(),
-            })
+        self.apply(Event::Submit {
+            waiter,
+            wait: tx.wait,
+            txid: tx.txid,
+            digest: tx.digest,
+            participants: tx.participants,
+            timeout_ms: tx.timeout_ms,
+            now_ms: now_ms(),
         });
         receiver.await.ok()
     }
@@ -269,53 +266,51 @@ impl Core {
         }
         for (txid, decision, presumed, ticket) in decisions {
             let core = Arc::clone(self);
-            let span = info_span!(parent: None, "tx", txid = %txid);
             let submitted = Instant::now();
-            tokio::spawn(
-                async move {
-                    match ticket.wait().await {
-                        Ok(_) if presumed => {
-                            core.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
-                            warn!(
-                                "presumed abort made durable: a participant asked about an id \
+            tokio::spawn(async move {
+                match ticket.wait().await {
+                    Ok(_) if presumed => {
+                        core.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
+                        warn!(
+                            %txid,
+                            "presumed abort made durable: a participant asked about an id \
                                  this coordinator has no record of (its start was lost in a \
                                  crash); the id stays aborted"
-                            );
-                            core.apply(Event::DecisionDurable { txid });
-                        }
-                        Ok(_) => {
-                            core.metrics.decision_fsync.observe(submitted.elapsed());
-                            crash_point!("coordinator::after_decision_durable");
-                            let counter = match decision {
-                                Decision::Commit => &core.metrics.committed,
-                                Decision::Abort => &core.metrics.aborted,
-                            };
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(?decision, "decision durable");
-                            core.apply(Event::DecisionDurable { txid });
-                        }
-                        Err(wal::WalError::Closed) => {
-                            tracing::info!(
-                                "shutting down before the decision was durable; \
+                        );
+                        core.apply(Event::DecisionDurable { txid });
+                    }
+                    Ok(_) => {
+                        core.metrics.decision_fsync.observe(submitted.elapsed());
+                        crash_point!("coordinator::after_decision_durable");
+                        let counter = match decision {
+                            Decision::Commit => &core.metrics.committed,
+                            Decision::Abort => &core.metrics.aborted,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%txid, ?decision, "decision durable");
+                        core.apply(Event::DecisionDurable { txid });
+                    }
+                    Err(wal::WalError::Closed) => {
+                        tracing::info!(
+                            %txid,
+                            "shutting down before the decision was durable; \
                                    the next start aborts this transaction"
-                            );
-                            core.apply(Event::DecisionFailed {
-                                txid,
-                                error: "the coordinator is shutting down".to_string(),
-                            });
-                        }
-                        Err(e) => {
-                            error!(error = %e, "LOG FAILED: decision could not be made durable; \
+                        );
+                        core.apply(Event::DecisionFailed {
+                            txid,
+                            error: "the coordinator is shutting down".to_string(),
+                        });
+                    }
+                    Err(e) => {
+                        error!(%txid, error = %e, "LOG FAILED: decision could not be made durable; \
                                    this coordinator takes no more transactions until restarted");
-                            core.apply(Event::DecisionFailed {
-                                txid,
-                                error: e.to_string(),
-                            });
-                        }
+                        core.apply(Event::DecisionFailed {
+                            txid,
+                            error: e.to_string(),
+                        });
                     }
                 }
-                .instrument(span),
-            );
+            });
         }
     }
 
@@ -329,26 +324,17 @@ impl Core {
                 payload,
                 timeout_ms,
             } => {
-                let span = info_span!(parent: None, "tx", txid = %txid);
-                tokio::spawn(
-                    Arc::clone(self)
-                        .prepare(txid, participant, payload, timeout_ms)
-                        .instrument(span),
-                );
+                tokio::spawn(Arc::clone(self).prepare(txid, participant, payload, timeout_ms));
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
                 let core = Arc::clone(self);
-                let span = info_span!(parent: None, "tx", txid = %txid);
-                tokio::spawn(
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                        core.apply(Event::PrepareDeadline {
-                            txid,
-                            now_ms: now_ms(),
-                        });
-                    }
-                    .instrument(span),
-                );
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    core.apply(Event::PrepareDeadline {
+                        txid,
+                        now_ms: now_ms(),
+                    });
+                });
             }
             Command::SendDecision {
                 txid,
@@ -356,13 +342,14 @@ impl Core {
                 decision,
                 attempt,
             } => {
-                let span = info_span!(parent: None, "tx", txid = %txid);
                 let from_recovery = self.recovering.load(Ordering::Relaxed);
-                tokio::spawn(
-                    Arc::clone(self)
-                        .deliver(txid, participant, decision, attempt, from_recovery)
-                        .instrument(span),
-                );
+                tokio::spawn(Arc::clone(self).deliver(
+                    txid,
+                    participant,
+                    decision,
+                    attempt,
+                    from_recovery,
+                ));
             }
             Command::ArmRetry {
                 txid,
@@ -370,14 +357,10 @@ impl Core {
                 after_ms,
             } => {
                 let core = Arc::clone(self);
-                let span = info_span!(parent: None, "tx", txid = %txid);
-                tokio::spawn(
-                    async move {
-                        tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                        core.apply(Event::RetryDue { txid, participant });
-                    }
-                    .instrument(span),
-                );
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    core.apply(Event::RetryDue { txid, participant });
+                });
             }
             Command::Reply { waiter, reply } => {
                 if let Some(sender) = self.lock_waiters().remove(&waiter) {
@@ -413,9 +396,9 @@ impl Core {
         };
         self.metrics.prepare_latency.observe(started.elapsed());
         match vote {
-            VoteKind::Yes => tracing::debug!(%participant, "voted yes"),
+            VoteKind::Yes => tracing::debug!(%txid, %participant, "voted yes"),
             VoteKind::No | VoteKind::Timeout | VoteKind::Error => {
-                tracing::info!(%participant, ?vote, reason = reason.as_deref().unwrap_or(""), "prepare not granted")
+                tracing::info!(%txid, %participant, ?vote, reason = reason.as_deref().unwrap_or(""), "prepare not granted")
             }
         }
         crash_point!("coordinator::during_prepare_fanout");
@@ -467,7 +450,7 @@ impl Core {
                 if from_recovery {
                     crash_point!("coordinator::during_recovery");
                 }
-                tracing::debug!(%participant, ?decision, attempt, "acknowledged");
+                tracing::debug!(%txid, %participant, ?decision, attempt, "acknowledged");
                 self.apply(Event::Acked {
                     txid,
                     participant,
@@ -480,19 +463,19 @@ impl Core {
                         self.metrics
                             .stale_epoch_answers
                             .fetch_add(1, Ordering::Relaxed);
-                        error!(%participant, ?decision, attempt, epoch = %self.identity.epoch, error = %e,
+                        error!(%txid, %participant, ?decision, attempt, epoch = %self.identity.epoch, error = %e,
                             "STALE EPOCH: a participant has seen a newer incarnation of this coordinator id; \
                              is another coordinator running on a copy of this data directory? delivery stays pending");
                     }
                     DeliveryError::NotPrepared(_) => {
-                        error!(%participant, ?decision, attempt, error = %e,
+                        error!(%txid, %participant, ?decision, attempt, error = %e,
                             "participant never prepared a transaction we decided to commit; \
                              it stays pending and visible (GET /v1/transactions?state=committing)");
                     }
                     DeliveryError::Transport(_)
                     | DeliveryError::Status { .. }
                     | DeliveryError::Malformed(_) => {
-                        warn!(%participant, ?decision, attempt, error = %e, "phase two not acknowledged; will retry");
+                        warn!(%txid, %participant, ?decision, attempt, error = %e, "phase two not acknowledged; will retry");
                     }
                 }
                 self.apply(Event::DeliveryFailed {
