@@ -1,0 +1,96 @@
+//! `twopc bench` end to end, at a tiny scale: it starts its three clusters (durable, the
+//! durability-off baseline and the HTTP floor), measures every cell and prints JSON whose
+//! figures hang together. Speed itself is never asserted here.
+
+use std::process::Command;
+
+fn twopc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_twopc"))
+}
+
+fn field(cell: &serde_json::Value, name: &str) -> f64 {
+    cell[name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} missing or not a number in {cell}"))
+}
+
+#[test]
+fn bench_measures_every_cell_against_baseline_and_floor() {
+    let output = twopc()
+        .args([
+            "bench",
+            "--participants",
+            "1,2",
+            "--concurrency",
+            "1,4",
+            "--seconds",
+            "0.5",
+            "--json",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed: {stderr}");
+    let cells: Vec<serde_json::Value> =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+    let shape: Vec<(u64, u64)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c["participants"].as_u64().unwrap(),
+                c["concurrency"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, [(1, 1), (1, 4), (2, 1), (2, 4)]);
+    for cell in &cells {
+        assert_eq!(cell["failed"], 0, "{cell}");
+        let committed = field(cell, "committed_per_s");
+        let baseline = field(cell, "baseline_per_s");
+        let floor = field(cell, "floor_per_s");
+        assert!(committed > 0.0 && baseline > 0.0 && floor > 0.0, "{cell}");
+        assert!(
+            (field(cell, "ratio") - committed / baseline).abs() < 1e-9,
+            "{cell}"
+        );
+        assert!(
+            (field(cell, "share_of_floor") - committed / floor).abs() < 1e-9,
+            "{cell}"
+        );
+        // Every committed transaction needs at least the coordinator's decision fsync, unless
+        // group commit shared it: so some fsyncs happened, and never more than 2 per
+        // participant + 1 per transaction.
+        let fsyncs = field(cell, "fsyncs_per_tx");
+        let participants = field(cell, "participants");
+        assert!(fsyncs > 0.0 && fsyncs <= 2.0 * participants + 1.0, "{cell}");
+        assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
+    }
+}
+
+#[test]
+fn a_target_that_is_not_an_http_base_url_is_refused_by_name() {
+    let output = twopc()
+        .args([
+            "bench",
+            "--target-coordinator",
+            "localhost:7100",
+            "--target-participant",
+            "inventory",
+            "--seconds",
+            "0.1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--target-coordinator") && stderr.contains("http://host:port"),
+        "{stderr}"
+    );
+}
