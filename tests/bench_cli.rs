@@ -70,6 +70,7 @@ fn bench_measures_every_cell_against_baseline_and_floor() {
         let participants = field(cell, "participants");
         assert!(fsyncs > 0.0 && fsyncs <= 2.0 * participants + 1.0, "{cell}");
         assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
+        assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
     }
 }
 

@@ -1,7 +1,10 @@
 //! `twopc bench`: committed transactions per second and latency for 1, 2 and 4 participants at
-//! several concurrencies, fsync on, against a baseline of the very same HTTP exchanges with
-//! durability off, run in the same process, interleaved cell by cell so drift hits both.
+//! several concurrencies, fsync on, against two references run in the same process and
+//! interleaved cell by cell so drift hits all of them: the very same cluster with durability
+//! off (the baseline), and the same HTTP exchanges through processes that do nothing else (the
+//! floor, see `floor`). Each cell also records the disk's raw fsync latency (`disk`).
 
+mod disk;
 pub mod floor;
 mod load;
 
@@ -67,6 +70,9 @@ pub struct Cell {
     pub floor_per_s: Option<f64>,
     /// committed_per_s / floor_per_s.
     pub share_of_floor: Option<f64>,
+    /// Median raw `write + fdatasync` of one record on the logs' disk, measured just before
+    /// the cell (own cluster only): what a single forced log write cannot beat.
+    pub disk_fsync_p50_us: Option<f64>,
     /// fsyncs by the coordinator and participants, per committed transaction.
     pub fsyncs_per_tx: Option<f64>,
 }
@@ -176,6 +182,13 @@ async fn run(args: Args) -> Result<()> {
         })?;
         for &concurrency in &args.concurrency {
             let cell_id = format!("b{}-n{participants}-c{concurrency}", std::process::id());
+            let disk_fsync_p50_us = if own {
+                let probe = tokio::task::block_in_place(|| disk::fsync_p50(&scratch, 100))
+                    .with_context(|| format!("probing fsync latency in {}", scratch.display()))?;
+                Some(probe.as_secs_f64() * 1e6)
+            } else {
+                None
+            };
             let fsyncs_before = fsyncs(&client, &durable).await;
             let result = load::run(
                 &durable.coordinator,
@@ -231,6 +244,7 @@ async fn run(args: Args) -> Result<()> {
                 ratio: baseline_per_s.filter(|b| *b > 0.0).map(|b| per_s / b),
                 floor_per_s,
                 share_of_floor: floor_per_s.filter(|f| *f > 0.0).map(|f| per_s / f),
+                disk_fsync_p50_us,
                 fsyncs_per_tx: match (fsyncs_before, fsyncs_after) {
                     (Some(a), Some(b)) if result.committed_all > 0 => {
                         Some((b - a) / result.committed_all as f64)
@@ -261,7 +275,7 @@ async fn run(args: Args) -> Result<()> {
 fn print_table(cells: &[Cell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>6}",
+        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6}",
         "parts",
         "conc",
         "tx/s",
@@ -273,11 +287,12 @@ fn print_table(cells: &[Cell]) {
         "floor tx/s",
         "share",
         "fsyncs/tx",
+        "fsync us",
         "failed"
     );
     for c in cells {
         println!(
-            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>6}",
+            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6}",
             c.participants,
             c.concurrency,
             c.committed_per_s,
@@ -289,6 +304,7 @@ fn print_table(cells: &[Cell]) {
             f(c.floor_per_s, 0),
             f(c.share_of_floor, 2),
             f(c.fsyncs_per_tx, 2),
+            f(c.disk_fsync_p50_us, 0),
             c.failed
         );
     }
