@@ -336,10 +336,15 @@ impl<R: Resource> Participant<R> {
     }
 
     fn submit(&self, record: &Record, forced: bool) -> AppendTicket {
-        let durability = if forced {
-            Durability::Forced
-        } else {
-            Durability::Lazy
+        let durability = match (forced, record) {
+            (false, _) => Durability::Lazy,
+            // Still durable before the ack; but the ack's waiter (the coordinator's phase two)
+            // is off the client's path, so its fsync may wait to be shared with the next
+            // prepare, which would otherwise queue behind it.
+            (true, Record::Committed { .. } | Record::Aborted { .. }) => Durability::Grouped,
+            (true, Record::Prepared { .. } | Record::Refused { .. } | Record::Fence { .. }) => {
+                Durability::Forced
+            }
         };
         self.inner
             .wal

@@ -10,6 +10,8 @@ pub struct WalOptions {
     pub segment_bytes_max: u64,
     /// Whether the writer calls fdatasync at all.
     pub sync: SyncPolicy,
+    /// Longest a [`Durability::Grouped`] append waits for other records to share its fdatasync.
+    pub group_delay: std::time::Duration,
 }
 
 impl Default for WalOptions {
@@ -17,6 +19,7 @@ impl Default for WalOptions {
         WalOptions {
             segment_bytes_max: 64 * 1024 * 1024,
             sync: SyncPolicy::Fsync,
+            group_delay: std::time::Duration::from_millis(1),
         }
     }
 }
@@ -51,6 +54,13 @@ pub enum Durability {
     /// Resolves once the record is written (in the page cache); it becomes durable with the next
     /// sync of the log (the next forced append, a segment roll, or a checkpoint).
     Lazy,
+    /// Resolves only after an fdatasync covers the record, like `Forced`, but that fdatasync may
+    /// wait up to [`WalOptions::group_delay`] for a forced append to share it. For records whose
+    /// waiter is off every latency-critical path (a participant's commit before its ack): at low
+    /// concurrency they stop taking an fdatasync of their own that the next forced append (the
+    /// next prepare) would have to queue behind. Without fsync ([`SyncPolicy::Never`]) it
+    /// resolves at once, like the others.
+    Grouped,
 }
 
 /// One record as recovered or dumped.

@@ -1,11 +1,14 @@
 //! The writer thread: group commit. It takes everything queued, encodes it into one buffer, does
 //! one write and (if any request needs durability) one fdatasync, then resolves the tickets. While
-//! it syncs, new requests queue up and form the next batch: no timer, no artificial delay.
+//! it syncs, new requests queue up and form the next batch: no artificial delay for forced
+//! appends. The one timer is for `Durability::Grouped` appends, which wait at most
+//! `group_delay` for a forced append to share their fdatasync before taking one of their own.
 
 use std::mem;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use crate::error::WalError;
 use crate::frame::{self, FRAME_OVERHEAD_BYTES};
@@ -42,6 +45,10 @@ pub struct Writer {
     /// Appends encoded into `buf` (or written) whose tickets are not resolved yet.
     pending: Vec<(Completer, u64)>,
     pending_forced: bool,
+    /// Grouped appends already written, waiting for the next fdatasync.
+    grouped: Vec<(Completer, u64)>,
+    /// When the oldest of `grouped` was submitted: it gets its fdatasync by `group_delay` after.
+    grouped_since: Option<Instant>,
     /// Records in `buf`, for the stats.
     unwritten_records: u64,
 }
@@ -83,6 +90,8 @@ impl Writer {
             buf: Vec::new(),
             pending: Vec::new(),
             pending_forced: false,
+            grouped: Vec::new(),
+            grouped_since: None,
             unwritten_records: 0,
         };
         let counters = &writer.shared.counters;
@@ -98,18 +107,39 @@ impl Writer {
             {
                 let mut queue = self.shared.lock_queue();
                 while queue.requests.is_empty() && !queue.closed {
+                    let Some(since) = self.grouped_since else {
+                        queue = self
+                            .shared
+                            .wake
+                            .wait(queue)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        continue;
+                    };
+                    let Some(left) = self.options.group_delay.checked_sub(since.elapsed()) else {
+                        break;
+                    };
                     queue = self
                         .shared
                         .wake
-                        .wait(queue)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        .wait_timeout(queue, left)
+                        .map_or_else(|poisoned| poisoned.into_inner().0, |(queue, _)| queue);
                 }
-                if queue.requests.is_empty() {
+                if queue.requests.is_empty() && queue.closed {
                     drop(queue);
                     self.sync_on_close();
                     return;
                 }
                 mem::swap(&mut batch, &mut queue.requests);
+            }
+            if batch.is_empty() {
+                // Nothing forced came within `group_delay`: the grouped appends sync alone,
+                // unless the log failed meanwhile (never an fsync after a failure).
+                if self.shared.is_poisoned() {
+                    self.fail_pending(&self.shared.poisoned_error());
+                } else {
+                    let _ = self.flush(true);
+                }
+                continue;
             }
             self.process(&mut batch);
             std::thread::yield_now();
@@ -118,10 +148,9 @@ impl Writer {
 
     /// A clean shutdown makes lazy records durable too. Never after a failure (no fsync retries).
     fn sync_on_close(&mut self) {
-        if !self.shared.is_poisoned()
-            && let Err(error) = self.write_and_sync(true)
-        {
-            self.shared.poison(&error);
+        if !self.shared.is_poisoned() {
+            // An error poisons the log and fails whatever still waits.
+            let _ = self.flush(true);
         }
     }
 
@@ -151,7 +180,10 @@ impl Writer {
                 }
             }
         }
-        let sync = self.pending_forced;
+        let grouped_due = self
+            .grouped_since
+            .is_some_and(|since| since.elapsed() >= self.options.group_delay);
+        let sync = self.pending_forced || grouped_due;
         // An error here has poisoned the log and failed the pending tickets already.
         let _ = self.flush(sync);
     }
@@ -177,19 +209,35 @@ impl Writer {
         self.next_seq += 1;
         frame::encode(&mut self.buf, seq, record_type, payload);
         self.unwritten_records += 1;
-        self.pending.push((completer, seq));
-        if durability == Durability::Forced {
-            self.pending_forced = true;
+        match (durability, self.options.sync) {
+            (Durability::Forced, _) => {
+                self.pending.push((completer, seq));
+                self.pending_forced = true;
+            }
+            (Durability::Grouped, SyncPolicy::Fsync) => {
+                self.grouped.push((completer, seq));
+                self.grouped_since.get_or_insert_with(Instant::now);
+            }
+            (Durability::Lazy, _) | (Durability::Grouped, SyncPolicy::Never) => {
+                self.pending.push((completer, seq));
+            }
         }
     }
 
-    /// Writes the buffer, syncs if asked, and resolves the pending tickets either way.
+    /// Writes the buffer, syncs if asked, and resolves the pending tickets either way; the
+    /// grouped ones only when synced (every one of them was written before this sync).
     fn flush(&mut self, sync: bool) -> Result<(), WalError> {
         let outcome = self.write_and_sync(sync);
         match &outcome {
             Ok(()) => {
                 for (completer, seq) in self.pending.drain(..) {
                     completer.complete(Ok(seq));
+                }
+                if sync {
+                    for (completer, seq) in self.grouped.drain(..) {
+                        completer.complete(Ok(seq));
+                    }
+                    self.grouped_since = None;
                 }
             }
             Err(error) => self.fail_pending(error),
@@ -200,10 +248,11 @@ impl Writer {
 
     fn fail_pending(&mut self, error: &WalError) {
         self.shared.poison(error);
-        for (completer, _) in self.pending.drain(..) {
+        for (completer, _) in self.pending.drain(..).chain(self.grouped.drain(..)) {
             completer.complete(Err(error.clone()));
         }
         self.pending_forced = false;
+        self.grouped_since = None;
     }
 
     fn write_and_sync(&mut self, sync: bool) -> Result<(), WalError> {

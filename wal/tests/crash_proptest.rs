@@ -1,5 +1,5 @@
 //! Random histories, random crash points, through the simulated disk: every record whose forced
-//! append (or checkpoint) returned success is recovered, in order; what is recovered is exactly a
+//! or grouped append (or checkpoint) returned success is recovered, in order; what is recovered is exactly a
 //! prefix of what was submitted (nothing after a gap); a crash during recovery is survivable.
 
 mod support;
@@ -11,15 +11,23 @@ use wal::{AppendTicket, Durability, RecordType};
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Submit these appends (payload length, forced?) together, then wait for all of them.
-    Batch(Vec<(usize, bool)>),
+    /// Submit these appends (payload length, durability) together, then wait for all of them.
+    Batch(Vec<(usize, Durability)>),
     Checkpoint,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => prop::collection::vec((0usize..200, any::<bool>()), 1..12).prop_map(Op::Batch),
+        8 => prop::collection::vec((0usize..200, durability()), 1..12).prop_map(Op::Batch),
         1 => Just(Op::Checkpoint),
+    ]
+}
+
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        Just(Durability::Lazy),
+        Just(Durability::Forced),
+        Just(Durability::Grouped),
     ]
 }
 
@@ -54,11 +62,11 @@ proptest! {
             match op {
                 Op::Batch(appends) => {
                     let mut tickets: Vec<(AppendTicket, bool, usize)> = Vec::new();
-                    for &(len, forced) in appends {
+                    for &(len, durability) in appends {
                         let p = payload(submitted.len() as u64 + 1, len);
                         submitted.push(p.clone());
-                        let durability = if forced { Durability::Forced } else { Durability::Lazy };
-                        tickets.push((log.submit(RecordType(1), p, durability), forced, submitted.len()));
+                        let durable = durability != Durability::Lazy;
+                        tickets.push((log.submit(RecordType(1), p, durability), durable, submitted.len()));
                     }
                     for (ticket, forced, position) in tickets {
                         match ticket.wait_blocking() {

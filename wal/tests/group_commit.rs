@@ -214,3 +214,109 @@ fn a_crash_in_the_middle_of_concurrent_appends_loses_nothing_acknowledged() {
         }
     }
 }
+
+#[test]
+fn a_grouped_append_alone_is_synced_by_itself_within_the_group_delay() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        group_delay: std::time::Duration::from_millis(20),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    let syncs_before = log.stats().fsyncs;
+    let started = std::time::Instant::now();
+    let seq = log
+        .submit(RecordType(1), payload(1, 8), Durability::Grouped)
+        .wait_blocking()
+        .unwrap();
+    let waited = started.elapsed();
+    assert_eq!(seq, 1);
+    assert_eq!(
+        log.stats().fsyncs,
+        syncs_before + 1,
+        "it got an fsync of its own"
+    );
+    assert!(
+        waited >= std::time::Duration::from_millis(15),
+        "resolved after {waited:?}: before its group delay, so it took no chance to share"
+    );
+    // Resolved means durable: a crash that drops everything unsynced keeps it.
+    sim.crash(Unsynced::Drop);
+    drop(log);
+    sim.reboot();
+    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
+    assert_eq!(full_history(&recovery), vec![payload(1, 8)]);
+}
+
+#[test]
+fn grouped_appends_share_the_next_forced_fsync_and_resolve_only_after_it() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        // Long enough that only the forced append can be what syncs them.
+        group_delay: std::time::Duration::from_secs(30),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    let syncs_before = log.stats().fsyncs;
+    let grouped: Vec<_> = (1..=3)
+        .map(|i| log.submit(RecordType(1), payload(i, 8), Durability::Grouped))
+        .collect();
+    // Give the writer time to write them; none may resolve without an fsync.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(log.stats().fsyncs, syncs_before);
+    assert_eq!(log.stats().records_appended, 3, "written, not yet synced");
+    log.submit(RecordType(1), payload(4, 8), Durability::Forced)
+        .wait_blocking()
+        .unwrap();
+    let seqs: Vec<u64> = grouped
+        .into_iter()
+        .map(|ticket| ticket.wait_blocking().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(
+        log.stats().fsyncs,
+        syncs_before + 1,
+        "one fsync for all four"
+    );
+    sim.crash(Unsynced::Drop);
+    drop(log);
+    sim.reboot();
+    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
+    assert_eq!(full_history(&recovery).len(), 4);
+}
+
+#[test]
+fn closing_the_log_syncs_and_resolves_waiting_grouped_appends() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        group_delay: std::time::Duration::from_secs(30),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    let ticket = log.submit(RecordType(1), payload(1, 8), Durability::Grouped);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    log.close();
+    assert_eq!(ticket.wait_blocking().unwrap(), 1);
+    sim.crash(Unsynced::Drop);
+    drop(log);
+    sim.reboot();
+    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
+    assert_eq!(full_history(&recovery).len(), 1);
+}
+
+#[test]
+fn without_fsync_a_grouped_append_resolves_at_once() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        sync: wal::SyncPolicy::Never,
+        group_delay: std::time::Duration::from_secs(30),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    let started = std::time::Instant::now();
+    log.submit(RecordType(1), payload(1, 8), Durability::Grouped)
+        .wait_blocking()
+        .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(log.stats().fsyncs, 0);
+}
