@@ -6,6 +6,10 @@
 //! alternating, and the median run (by pairs/s) of each is printed.
 //!
 //! `cargo run --release -p twopc-participant --example bench [-- SECONDS_PER_RUN]`
+//!
+//! Each client waits for its commit's acknowledgement before the next prepare, so a commit
+//! record never finds a prepare to share its fsync with at 1 client: it waits out the log's
+//! group delay. `BENCH_COMMIT_GROUP_DELAY_US` sets that delay (default: the library's).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,10 +30,21 @@ struct Figures {
     records_per_fsync: f64,
 }
 
+fn group_delay() -> Duration {
+    std::env::var("BENCH_COMMIT_GROUP_DELAY_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(
+            participant::WalOptions::default().group_delay,
+            Duration::from_micros,
+        )
+}
+
 async fn run(sync: SyncPolicy, clients: usize, seconds: f64) -> Figures {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = ParticipantConfig::new(dir.path());
     config.wal.sync = sync;
+    config.wal.group_delay = group_delay();
     let participant = Participant::open(config, KvStore::new).expect("open participant");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -150,6 +165,7 @@ fn main() {
         "{seconds} s per run after 0.5 s warm-up, median of {ROUNDS} alternating runs; \
          client and server share this process"
     );
+    println!("commit group delay: {:?}", group_delay());
     let (p50, p99) = fdatasync_probe();
     println!("disk before: 256-byte append + fdatasync p50 {p50:.2} ms, p99 {p99:.2} ms\n");
     println!(
