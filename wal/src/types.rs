@@ -19,7 +19,7 @@ impl Default for WalOptions {
         WalOptions {
             segment_bytes_max: 64 * 1024 * 1024,
             sync: SyncPolicy::Fsync,
-            group_delay: std::time::Duration::from_micros(500),
+            group_delay: std::time::Duration::from_millis(1),
         }
     }
 }
