@@ -11,6 +11,15 @@ use wal::sim::{SimStorage, Unsynced};
 use wal::{Durability, RecordType, WalOptions};
 
 const TASKS: u64 = 64;
+
+/// Power loss (everything unsynced dropped), reboot, reopen: what the log recovers.
+fn history_after_power_loss(sim: &SimStorage, log: wal::Wal) -> Vec<Vec<u8>> {
+    sim.crash(Unsynced::Drop);
+    drop(log);
+    sim.reboot();
+    let (_log, recovery) = open(sim, WalOptions::default()).unwrap();
+    full_history(&recovery)
+}
 const APPENDS_PER_TASK: u64 = 50;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,11 +63,7 @@ async fn concurrent_forced_appends_share_fsyncs_and_survive_a_crash() {
         "the wal counts every fsync it issues"
     );
 
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    let history = full_history(&recovery);
+    let history = history_after_power_loss(&sim, log);
     assert_eq!(history.len() as u64, appends);
     for (seq, body) in acked {
         assert_eq!(history[seq as usize - 1], body, "seq {seq}");
@@ -87,11 +92,8 @@ fn lazy_appends_ride_along_and_become_durable_with_the_next_forced_one() {
         .wait_blocking()
         .unwrap();
     assert_eq!(log.stats().fsyncs, syncs_before + 1);
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery).len(), 6);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 6);
 }
 
 #[test]
@@ -106,11 +108,8 @@ fn lazy_appends_without_a_sync_may_be_lost_but_never_leave_a_gap() {
             .wait_blocking()
             .unwrap();
     }
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery), vec![payload(1, 8)]);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history, vec![payload(1, 8)]);
 }
 
 #[test]
@@ -155,11 +154,8 @@ fn close_makes_lazy_appends_durable() {
             .unwrap();
     }
     log.close();
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery).len(), 3);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 3);
 }
 
 #[test]
@@ -241,11 +237,8 @@ fn a_grouped_append_alone_is_synced_by_itself_within_the_group_delay() {
         "resolved after {waited:?}: before its group delay, so it took no chance to share"
     );
     // Resolved means durable: a crash that drops everything unsynced keeps it.
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery), vec![payload(1, 8)]);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history, vec![payload(1, 8)]);
 }
 
 #[test]
@@ -278,11 +271,8 @@ fn grouped_appends_share_the_next_forced_fsync_and_resolve_only_after_it() {
         syncs_before + 1,
         "one fsync for all four"
     );
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery).len(), 4);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 4);
 }
 
 #[test]
@@ -297,11 +287,8 @@ fn closing_the_log_syncs_and_resolves_waiting_grouped_appends() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     log.close();
     assert_eq!(ticket.wait_blocking().unwrap(), 1);
-    sim.crash(Unsynced::Drop);
-    drop(log);
-    sim.reboot();
-    let (_log, recovery) = open(&sim, WalOptions::default()).unwrap();
-    assert_eq!(full_history(&recovery).len(), 1);
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 1);
 }
 
 #[test]
