@@ -1,9 +1,17 @@
 //! `twopc wal dump|verify DIR`: how an operator (and the chaos tests) look at a log. Read-only:
 //! neither command changes the directory; a torn tail is reported as "would be truncated".
 //!
+//! `DIR` is a log directory (it holds segment or snapshot files) or a service's data directory
+//! (`--data-dir`, which holds `LOCK` and the log in `wal/`); for the latter the log in `DIR/wal`
+//! is checked and a note on stderr says so. Anything else is refused: scanning a directory
+//! without log files finds a valid, empty log, and "ok: 0 records" about the wrong directory
+//! would hide a corrupt log sitting next to it.
+//!
 //! Exit codes: 0 the log would open (clean, or a torn tail that opening would cut), 1 the
-//! directory cannot be read, 4 the log is corrupt (file, offset and reason on stderr).
+//! directory cannot be read, 3 no log found in `DIR` (neither it nor `DIR/wal` holds a segment or
+//! snapshot file), 4 the log is corrupt (file, offset and reason on stderr). 2 is clap's bad usage.
 
+use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,23 +21,37 @@ use wal::WalError;
 use wal::inspect::{self, DumpedRecord, Summary};
 
 const EXIT_IO: u8 = 1;
+const EXIT_NO_LOG: u8 = 3;
 const EXIT_CORRUPT: u8 = 4;
+
+/// Where a service keeps its log inside its data directory.
+const DATA_DIR_LOG: &str = "wal";
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  the log would open: clean, or a torn tail that opening would truncate
+  1  the directory cannot be read (missing, permissions)
+  2  bad usage
+  3  no log found in DIR: neither DIR nor DIR/wal holds a segment or snapshot file
+  4  the log is corrupt: stderr names the file, the byte offset and the reason";
 
 #[derive(Debug, clap::Subcommand)]
 pub enum WalCommand {
     /// Print every live record as a JSON line (seq, type, size, segment, offset), after a line for
     /// the snapshot if there is one.
+    #[command(after_help = EXIT_CODES_HELP)]
     Dump {
-        /// The log directory (a service keeps it in `<data-dir>/wal`).
+        /// A log directory, or a service's data directory (its log in `wal/` is used).
         dir: PathBuf,
         /// Also print each payload: as a string if it is UTF-8, else as hex in `payload_hex`.
         #[arg(long)]
         payload: bool,
     },
     /// Check every record and the snapshot; exit 0 with a summary when the log would open,
-    /// 4 naming file, offset and reason when it is corrupt.
+    /// 3 when there is no log, 4 naming file, offset and reason when it is corrupt.
+    #[command(after_help = EXIT_CODES_HELP)]
     Verify {
-        /// The log directory (a service keeps it in `<data-dir>/wal`).
+        /// A log directory, or a service's data directory (its log in `wal/` is used).
         dir: PathBuf,
         /// Print the summary as one JSON object instead of text.
         #[arg(long)]
@@ -44,14 +66,66 @@ pub fn main(command: WalCommand) -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            match error {
-                WalError::Corrupt { .. } => ExitCode::from(EXIT_CORRUPT),
-                _ => ExitCode::from(EXIT_IO),
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            match failure {
+                Failure::NoLog { .. } => ExitCode::from(EXIT_NO_LOG),
+                Failure::Wal(WalError::Corrupt { .. }) => ExitCode::from(EXIT_CORRUPT),
+                Failure::Wal(_) => ExitCode::from(EXIT_IO),
             }
         }
     }
+}
+
+#[derive(Debug)]
+enum Failure {
+    /// Neither the directory given nor its `wal/` holds a log.
+    NoLog {
+        given: PathBuf,
+    },
+    Wal(WalError),
+}
+
+impl From<WalError> for Failure {
+    fn from(error: WalError) -> Self {
+        Failure::Wal(error)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::NoLog { given } => write!(
+                f,
+                "no log found in {}: neither it nor {} holds a segment (<20-digit seq>.wal) or \
+                 snapshot (snapshot-<20-digit seq>.snap) file; give a log directory or a \
+                 service's --data-dir",
+                given.display(),
+                given.join(DATA_DIR_LOG).display()
+            ),
+            Failure::Wal(error) => error.fmt(f),
+        }
+    }
+}
+
+/// The log directory `given` names: itself if it holds a log, else the `wal/` of a service data
+/// directory if that holds one.
+fn log_dir(given: &Path) -> Result<PathBuf, Failure> {
+    if inspect::holds_log(given)? {
+        return Ok(given.to_path_buf());
+    }
+    let nested = given.join(DATA_DIR_LOG);
+    if nested.is_dir() && inspect::holds_log(&nested)? {
+        eprintln!(
+            "note: {} is a service data directory; checking its log in {}",
+            given.display(),
+            nested.display()
+        );
+        return Ok(nested);
+    }
+    Err(Failure::NoLog {
+        given: given.to_path_buf(),
+    })
 }
 
 fn file_name(path: &Path) -> String {
@@ -83,7 +157,8 @@ fn record_line(record: &DumpedRecord<'_>, with_payload: bool) -> serde_json::Val
     line
 }
 
-fn dump(dir: &Path, with_payload: bool) -> Result<(), WalError> {
+fn dump(given: &Path, with_payload: bool) -> Result<(), Failure> {
+    let dir = &log_dir(given)?;
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     // Records are printed as the scan meets them; the snapshot line needs the scan's result, so
@@ -122,8 +197,8 @@ fn torn_line(torn: &wal::TornTail) -> String {
     )
 }
 
-fn verify(dir: &Path, as_json: bool) -> Result<(), WalError> {
-    let summary = inspect::verify(dir)?;
+fn verify(given: &Path, as_json: bool) -> Result<(), Failure> {
+    let summary = inspect::verify(log_dir(given)?)?;
     if as_json {
         println!("{}", summary_json(&summary));
     } else {

@@ -191,3 +191,160 @@ fn a_missing_directory_is_an_error_not_an_empty_log() {
     assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
     assert!(!missing.exists(), "verify must not create the directory");
 }
+
+#[test]
+fn verify_refuses_a_length_flipped_over_the_maximum_in_the_last_record() {
+    // The record was fsynced: a torn write cannot leave a length over the maximum followed by
+    // the rest of the record, so cutting it as a torn tail could forget a commit decision.
+    let tmp = tempfile::tempdir().unwrap();
+    let segment = make_log(tmp.path(), 4);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[(offset_of(4) + 3) as usize] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let out = twopc(&["wal", "verify", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "stdout: {}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{} at offset {}: length",
+            segment.display(),
+            offset_of(4)
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("exceeds the maximum") && stderr.contains("a torn write cannot leave"),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("would be truncated"));
+}
+
+/// A service data directory as a coordinator or participant leaves it: `LOCK` and `wal/`.
+fn make_data_dir(data: &Path, records: u64) -> PathBuf {
+    std::fs::write(data.join("LOCK"), b"").unwrap();
+    make_log(&data.join("wal"), records)
+}
+
+#[test]
+fn verify_on_a_data_dir_checks_the_log_inside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_data_dir(tmp.path(), 5);
+    let wal_dir = tmp.path().join("wal");
+    let out = twopc(&["wal", "verify", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with(&format!(
+            "ok: {}: 5 records (seq 1..=5) in 1 segments",
+            wal_dir.display()
+        )),
+        "{stdout}"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("checking its log in {}", wal_dir.display())),
+        "{stderr}"
+    );
+
+    let out = twopc(&["wal", "verify", "--json", tmp.path().to_str().unwrap()]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["records"], 5);
+    assert_eq!(summary["dir"], wal_dir.display().to_string());
+}
+
+#[test]
+fn verify_on_a_data_dir_with_a_corrupt_log_exits_4_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let segment = make_data_dir(tmp.path(), 6);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[(offset_of(3) + 20) as usize] ^= 0x10;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let out = twopc(&["wal", "verify", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "stdout: {}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "corrupt write-ahead log: {} at offset {}",
+            segment.display(),
+            offset_of(3)
+        )),
+        "{stderr}"
+    );
+    assert!(!text(&out.stdout).contains("ok"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn dump_on_a_data_dir_prints_the_records_of_the_log_inside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_data_dir(tmp.path(), 3);
+    let out = twopc(&["wal", "dump", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["segment"] == wal::format::segment_name(1)),
+        "{lines:?}"
+    );
+}
+
+/// `wal verify` and `wal dump` on `dir`: both must refuse with "no log found in <dir>".
+fn assert_no_log_found(dir: &Path) {
+    for command in ["verify", "dump"] {
+        let out = twopc(&["wal", command, dir.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "wal {command}: {}",
+            text(&out.stdout)
+        );
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("no log found in {}", dir.display())),
+            "wal {command}: {stderr}"
+        );
+        assert!(
+            text(&out.stdout).is_empty(),
+            "wal {command}: {}",
+            text(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn an_empty_or_unrelated_directory_is_no_log_not_an_empty_one() {
+    let empty = tempfile::tempdir().unwrap();
+    assert_no_log_found(empty.path());
+    assert_eq!(
+        std::fs::read_dir(empty.path()).unwrap().count(),
+        0,
+        "nothing may be created"
+    );
+
+    let unrelated = tempfile::tempdir().unwrap();
+    for name in ["notes.txt", "1.wal", "00000000000000000001.wal.0.broken"] {
+        std::fs::write(unrelated.path().join(name), b"not a log").unwrap();
+    }
+    std::fs::create_dir(unrelated.path().join("other")).unwrap();
+    assert_no_log_found(unrelated.path());
+
+    // A data directory whose wal/ holds no log file (only a leftover copy) has no log either.
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("LOCK"), b"").unwrap();
+    std::fs::create_dir(data.path().join("wal")).unwrap();
+    std::fs::write(
+        data.path()
+            .join("wal")
+            .join("00000000000000000001.wal.0.broken"),
+        b"x",
+    )
+    .unwrap();
+    assert_no_log_found(data.path());
+}

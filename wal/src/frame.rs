@@ -166,10 +166,96 @@ pub fn decode(bytes: &[u8]) -> Result<FrameRef<'_>, FrameError> {
     })
 }
 
-/// First offset after `from` at which a whole valid frame starts, if any. Used to tell a torn tail
-/// (nothing valid follows) from corruption (valid data follows the bad record).
+/// First offset after `from` at which a whole valid frame starts, if any.
 pub fn next_valid_frame(bytes: &[u8], from: usize) -> Option<usize> {
     (from..bytes.len()).find(|&offset| decode(&bytes[offset..]).is_ok())
+}
+
+/// What a frame that does not decode, found in the last segment, is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailVerdict {
+    /// What a crash mid-write leaves; opening cuts the segment at the frame.
+    Torn,
+    /// Damage no torn write explains; the log must refuse to open.
+    Corrupt {
+        /// The full reason: the decode error and why it is not a torn write.
+        reason: String,
+    },
+}
+
+/// Judges the frame at `offset` of the last segment, which failed to decode with `error`.
+///
+/// A crash mid-write leaves a prefix of what was written, possibly followed by zeros (the file
+/// grew but the data never reached the disk). So the frame is torn only if it is incomplete
+/// (fewer bytes left than a header, or a length within `LEN_MIN..=LEN_MAX` running past the end),
+/// if it is zero-filled space up to the end, or if it is complete with a failing CRC and nothing
+/// but zeros after it; and, in every case, no valid frame starts at a later byte. Everything else
+/// (an impossible length, a record whose CRC matches but whose type or seq no writer of this log
+/// produces, a bad frame with non-zero bytes after it) is corruption: truncating it could drop a
+/// record that was fsynced and acknowledged, such as a commit decision, and presumed abort would
+/// then contradict what the client was told.
+pub fn judge_last_segment_tail(bytes: &[u8], offset: usize, error: &FrameError) -> TailVerdict {
+    let rest = bytes.get(offset..).unwrap_or_default();
+    let explained_by_a_tear = match error {
+        // No record, however damaged, is shorter than a header: cutting these bytes cannot drop
+        // one that was ever complete, and a crash inside the header write leaves exactly this.
+        _ if rest.len() < HEADER_BYTES => true,
+        FrameError::TruncatedLength { .. } | FrameError::Truncated { .. } => true,
+        FrameError::ZeroLength => first_non_zero(rest, 0).is_none(),
+        FrameError::BadCrc { .. } => first_non_zero(rest, declared_frame_bytes(rest)).is_none(),
+        FrameError::LengthTooSmall { .. }
+        | FrameError::LengthTooLarge { .. }
+        | FrameError::BadType { .. }
+        | FrameError::ZeroSeq => false,
+    };
+    // Still checked for a frame a tear could explain: a flipped length in a record before the
+    // last one can make it run past the end of the file, and the intact records after it are
+    // the only sign that they were written and must not be cut. A frame's length has a non-zero
+    // byte, so no frame starts more than 3 bytes before the first non-zero byte: a long zero tail
+    // is not searched byte by byte.
+    let valid_after = first_non_zero(rest, 0).and_then(|at| {
+        let from = at.saturating_sub(LEN_BYTES - 1).max(1);
+        next_valid_frame(bytes, offset + from)
+    });
+    if explained_by_a_tear && valid_after.is_none() {
+        return TailVerdict::Torn;
+    }
+    let why = if let Some(valid) = valid_after {
+        format!(", and a valid record follows at offset {valid}")
+    } else {
+        match error {
+            FrameError::ZeroLength => first_non_zero(rest, 0).map_or_else(String::new, |at| {
+                format!(", and non-zero bytes follow at offset {}", offset + at)
+            }),
+            FrameError::BadCrc { .. } => first_non_zero(rest, declared_frame_bytes(rest))
+                .map_or_else(String::new, |at| {
+                    format!(
+                        ", and non-zero bytes follow the frame at offset {}",
+                        offset + at
+                    )
+                }),
+            FrameError::BadType { .. } | FrameError::ZeroSeq => {
+                " under a matching CRC, which a torn write cannot leave".to_owned()
+            }
+            _ => ", which a torn write cannot leave".to_owned(),
+        }
+    };
+    TailVerdict::Corrupt {
+        reason: format!("{error}{why}"),
+    }
+}
+
+/// Frame size announced by the `len` at the start of `bytes` (0 if there is no `len`).
+fn declared_frame_bytes(bytes: &[u8]) -> usize {
+    bytes.first_chunk::<LEN_BYTES>().map_or(0, |len| {
+        (u32::from_le_bytes(*len) as usize).saturating_add(LEN_BYTES + CRC_BYTES)
+    })
+}
+
+/// Index of the first non-zero byte of `bytes` at or after `from`.
+fn first_non_zero(bytes: &[u8], from: usize) -> Option<usize> {
+    let tail = bytes.get(from..)?;
+    tail.iter().position(|&b| b != 0).map(|at| from + at)
 }
 
 #[cfg(test)]
@@ -227,5 +313,60 @@ mod tests {
         let mut zero_seq = buf.clone();
         zero_seq[5..13].fill(0);
         assert_eq!(decode(&reseal(zero_seq)), Err(FrameError::ZeroSeq));
+    }
+
+    #[test]
+    fn tail_verdicts_at_the_edges_of_the_rule() {
+        let judge = |bytes: &[u8]| {
+            let error = decode(bytes).unwrap_err();
+            judge_last_segment_tail(bytes, 0, &error)
+        };
+        // Fewer bytes than a header: whatever the length says, no complete record was there.
+        assert_eq!(judge(&[0xff; HEADER_BYTES - 1]), TailVerdict::Torn);
+        assert_eq!(judge(&[0, 0, 0, 0, 7]), TailVerdict::Torn);
+        // From a whole header on, an impossible length is corruption even with zeros after it.
+        let mut small = 5u32.to_le_bytes().to_vec();
+        small.resize(64, 0);
+        assert_eq!(
+            judge(&small),
+            TailVerdict::Corrupt {
+                reason: "length 5 is below the minimum of 9, which a torn write cannot leave"
+                    .into()
+            }
+        );
+        // A matching CRC over a reserved type was written that way: never torn.
+        let mut reserved = Vec::new();
+        encode(&mut reserved, 5, RecordType(1), b"x");
+        reserved[4] = 200;
+        let end = reserved.len() - CRC_BYTES;
+        let crc = crc32fast::hash(&reserved[..end]);
+        reserved[end..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            judge(&reserved),
+            TailVerdict::Corrupt {
+                reason:
+                    "invalid record type 200 under a matching CRC, which a torn write cannot leave"
+                        .into()
+            }
+        );
+        // Complete frame, bad CRC: torn with zeros or nothing after, corrupt with data after.
+        let mut flipped = Vec::new();
+        encode(&mut flipped, 5, RecordType(1), b"xyz");
+        flipped[14] ^= 1;
+        assert_eq!(judge(&flipped), TailVerdict::Torn);
+        let zeros = [flipped.clone(), vec![0; 100]].concat();
+        assert_eq!(judge(&zeros), TailVerdict::Torn);
+        let mut trailing = zeros.clone();
+        trailing[flipped.len() + 50] = 1;
+        match judge(&trailing) {
+            TailVerdict::Corrupt { reason } => assert!(
+                reason.ends_with(&format!(
+                    ", and non-zero bytes follow the frame at offset {}",
+                    flipped.len() + 50
+                )),
+                "{reason}"
+            ),
+            TailVerdict::Torn => panic!("non-zero bytes after a bad frame must be corruption"),
+        }
     }
 }

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::WalError;
+use crate::names::{self, FileKind};
 use crate::scan;
 use crate::storage::{FileStorage, Storage};
 use crate::types::{RecordType, TornTail};
@@ -53,6 +54,26 @@ pub struct DumpedRecord<'a> {
     pub seq: u64,
     pub record_type: RecordType,
     pub payload: &'a [u8],
+}
+
+/// Whether `dir` holds a log: at least one segment or snapshot file (a log that was opened once has
+/// a segment, if only an empty one). A scan of a directory without them finds a valid, empty log,
+/// so a tool pointed at the wrong directory must ask this first rather than report "ok".
+pub fn holds_log(dir: impl AsRef<Path>) -> Result<bool, WalError> {
+    holds_log_with_storage(&FileStorage, dir.as_ref())
+}
+
+/// [`holds_log`] on any storage.
+pub fn holds_log_with_storage(storage: &dyn Storage, dir: &Path) -> Result<bool, WalError> {
+    let names = storage
+        .list(dir)
+        .map_err(|source| WalError::io("list", dir, source))?;
+    Ok(names.iter().any(|name| {
+        matches!(
+            names::classify(name),
+            FileKind::Segment { .. } | FileKind::Snapshot { .. }
+        )
+    }))
 }
 
 /// Checks every live record and the snapshot; `Err(WalError::Corrupt)` names file, offset, reason.

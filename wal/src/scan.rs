@@ -1,10 +1,11 @@
 //! Reading a log directory without changing it: which files are live, every record in order,
 //! where a torn tail starts, and corruption. Recovery acts on the result; `inspect` reports it.
+//! Which bad frames count as torn is decided by `frame::judge_last_segment_tail`.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::WalError;
-use crate::frame::{self, FrameRef};
+use crate::frame::{self, FrameRef, TailVerdict};
 use crate::names::{self, FileKind};
 use crate::snapshot;
 use crate::storage::Storage;
@@ -179,12 +180,10 @@ pub fn scan(
                             format!("{error} (in a segment that is not the last)"),
                         ));
                     }
-                    if let Some(valid) = frame::next_valid_frame(&bytes, offset + 1) {
-                        return Err(WalError::corrupt(
-                            &path,
-                            offset as u64,
-                            format!("{error}, and a valid record follows at offset {valid}"),
-                        ));
+                    if let TailVerdict::Corrupt { reason } =
+                        frame::judge_last_segment_tail(&bytes, offset, &error)
+                    {
+                        return Err(WalError::corrupt(&path, offset as u64, reason));
                     }
                     scan.torn_tail = Some(TornTail {
                         file: path.clone(),

@@ -8,7 +8,7 @@ mod support;
 use std::path::PathBuf;
 
 use support::{dir, open, seg};
-use wal::format::{FRAME_OVERHEAD_BYTES, LEN_MAX};
+use wal::format::{FRAME_OVERHEAD_BYTES, HEADER_BYTES, LEN_BYTES, LEN_MAX, LEN_MIN};
 use wal::sim::SimStorage;
 use wal::{RecordType, WalError, WalOptions, inspect};
 
@@ -219,6 +219,21 @@ fn zero_tails() {
             Some((seg(1), 0, "zero length (zero-filled space)".into())),
         ),
     );
+    // A frame after a zero tail is found even when its length starts with a zero byte.
+    let late = frame(4, &[b'z'; 256 - 9]);
+    assert_eq!(&late[..2], &[0, 1], "len 256");
+    check(
+        "zero tail, then a valid frame",
+        &[(seg(1), [log.clone(), vec![0; 64], late].concat())],
+        &corrupt(
+            seg(1),
+            end,
+            format!(
+                "zero length (zero-filled space), and a valid record follows at offset {}",
+                end + 64
+            ),
+        ),
+    );
     let (log, [_, o2, o3]) = three();
     let mut holed = log.clone();
     holed[o2..o3].fill(0);
@@ -270,20 +285,20 @@ fn bit_flips_in_each_field() {
             );
         }
     }
-    // Length field: a flip in the high byte makes it huge: refused before any allocation.
+    // Length field: a flip in the high byte makes it huge: refused before any allocation. In the
+    // last record too: no torn write leaves a length over the maximum, so it is corruption.
     let mut last = log.clone();
     last[o3 + 3] ^= 0x80;
     let len = u32::from_le_bytes(last[o3..o3 + 4].try_into().unwrap());
     check(
         "flip high bit of length in the last record",
         &[(seg(1), last)],
-        &opens(
-            &[1, 2],
-            Some((
-                seg(1),
-                o3,
-                format!("length {len} exceeds the maximum of {LEN_MAX}"),
-            )),
+        &corrupt(
+            seg(1),
+            o3,
+            format!(
+                "length {len} exceeds the maximum of {LEN_MAX}, which a torn write cannot leave"
+            ),
         ),
     );
     let mut middle = log.clone();
@@ -324,20 +339,39 @@ fn every_single_bit_flip_is_caught_and_never_silently_accepted() {
         let mut mangled = log.clone();
         mangled[bit / 8] ^= 1 << (bit % 8);
         let sim = SimStorage::new();
-        sim.set_contents(&seg(1), mangled);
+        sim.set_contents(&seg(1), mangled.clone());
+        // Inside the last record, only a flip that a torn write could also explain may be cut as
+        // torn: anywhere but the length (a complete frame, bad CRC, nothing after it), or a length
+        // made larger but still valid (the frame now runs past the end of the file). A length out
+        // of range, or made smaller so that the rest of the record follows a complete bad frame,
+        // is corruption.
+        let (byte, flipped) = (bit / 8, 1u32 << (bit % 8));
+        let may_be_torn = byte >= o3 && {
+            if byte >= o3 + LEN_BYTES {
+                true
+            } else {
+                let len = u32::from_le_bytes(log[o3..o3 + LEN_BYTES].try_into().unwrap());
+                let new_len = len ^ (flipped << (8 * (byte - o3)));
+                (LEN_MIN..=LEN_MAX).contains(&new_len)
+                    && (new_len > len
+                        || mangled[o3 + new_len as usize + 8..].iter().all(|&b| b == 0))
+            }
+        };
         match open(&sim, WalOptions::default()) {
-            // Only damage inside the last record may be taken for a torn write.
             Ok((_, recovery)) => {
-                assert!(
-                    bit / 8 >= o3,
-                    "bit {bit}: flip before the last record was accepted"
-                );
+                assert!(may_be_torn, "bit {bit}: flip taken for a torn write");
                 assert_eq!(recovery.records.len(), 2);
                 assert_eq!(recovery.torn_tail.unwrap().offset, o3 as u64);
             }
             Err(WalError::Corrupt { offset, .. }) => {
-                assert!(bit / 8 < o3, "bit {bit}");
-                let record_start = if bit / 8 >= o2 { o2 } else { 0 };
+                assert!(!may_be_torn, "bit {bit}: torn write refused as corruption");
+                let record_start = if byte >= o3 {
+                    o3
+                } else if byte >= o2 {
+                    o2
+                } else {
+                    0
+                };
                 assert_eq!(offset, record_start as u64, "bit {bit}");
             }
             Err(other) => panic!("bit {bit}: {other}"),
@@ -354,13 +388,13 @@ fn oversize_lengths_are_refused_on_read_and_write() {
     check(
         "length just over the maximum at the tail",
         &[(seg(1), huge)],
-        &opens(
-            &[1, 2],
-            Some((
-                seg(1),
-                o3,
-                format!("length {} exceeds the maximum of {LEN_MAX}", LEN_MAX + 1),
-            )),
+        &corrupt(
+            seg(1),
+            o3,
+            format!(
+                "length {} exceeds the maximum of {LEN_MAX}, which a torn write cannot leave",
+                LEN_MAX + 1
+            ),
         ),
     );
     let mut past_end = log[..o3].to_vec();
@@ -387,9 +421,10 @@ fn oversize_lengths_are_refused_on_read_and_write() {
     check(
         "length below the minimum",
         &[(seg(1), tiny)],
-        &opens(
-            &[1, 2],
-            Some((seg(1), o3, "length 5 is below the minimum of 9".into())),
+        &corrupt(
+            seg(1),
+            o3,
+            "length 5 is below the minimum of 9, which a torn write cannot leave",
         ),
     );
 
@@ -516,23 +551,202 @@ fn corruption_in_an_older_segment_is_refused_even_at_its_end() {
     );
 }
 
+/// Non-zero bytes that hold no valid frame at any offset.
+fn garbage(n: u32) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1)
+        .collect()
+}
+
 #[test]
-fn garbage_after_the_last_record_that_holds_no_valid_record_is_torn() {
+fn garbage_after_the_last_record_is_corruption() {
+    // A torn write leaves a prefix of what was written, then zeros or nothing: never bytes that
+    // decode to no frame at all. (The first four happen to be a length over the maximum.)
     let (log, _) = three();
     let end = log.len();
-    let garbage: Vec<u8> = (0..300u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1)
-        .collect();
-    let expected_reason = crc_or_length_reason(&garbage);
+    let garbage = garbage(300);
+    let reason = format!("{}, which a torn write cannot leave", crc_reason(&garbage));
     check(
         "random garbage tail",
         &[(seg(1), [log, garbage].concat())],
-        &opens(&[1, 2, 3], Some((seg(1), end, expected_reason))),
+        &corrupt(seg(1), end, reason),
     );
 }
 
-fn crc_or_length_reason(bytes: &[u8]) -> String {
-    wal::decode_frame(bytes).unwrap_err().to_string()
+/// The rule for a bad frame at the end of the last segment: torn only if it is incomplete (fewer
+/// bytes left than a header, or a valid length running past the end of the file) or complete with
+/// a bad CRC and only zeros or the end of the file after it; everything else is corruption.
+#[test]
+fn the_last_record_is_torn_only_if_a_torn_write_explains_it() {
+    let (log, [_, _, o3]) = three();
+    let end = log.len();
+    let len3 = u32::from_le_bytes(log[o3..o3 + LEN_BYTES].try_into().unwrap());
+    let zeros = vec![0u8; 4096];
+
+    // The length of the fsynced last record flipped over the maximum: with the rest of the record
+    // after it, and with the zero tail of a preallocated file after that too.
+    let mut over = log.clone();
+    over[o3 + 3] ^= 0x01;
+    let over_len = len3 ^ 0x0100_0000;
+    assert!(over_len > LEN_MAX);
+    let over_reason = format!(
+        "length {over_len} exceeds the maximum of {LEN_MAX}, which a torn write cannot leave"
+    );
+    check(
+        "length flipped over LEN_MAX in the last record, record bytes after it",
+        &[(seg(1), over.clone())],
+        &corrupt(seg(1), o3, over_reason.clone()),
+    );
+    check(
+        "length flipped over LEN_MAX in the last record, then a zero tail",
+        &[(seg(1), [over, zeros.clone()].concat())],
+        &corrupt(seg(1), o3, over_reason),
+    );
+
+    // The length flipped below the minimum (21 = 0b10101, bit 4 off: 5).
+    assert_eq!(len3, 21, "payload_of(3) is 12 bytes");
+    let mut under = log.clone();
+    under[o3] ^= 0x10;
+    check(
+        "length flipped below LEN_MIN in the last record, record bytes after it",
+        &[(seg(1), under)],
+        &corrupt(
+            seg(1),
+            o3,
+            format!("length 5 is below the minimum of {LEN_MIN}, which a torn write cannot leave"),
+        ),
+    );
+
+    // A complete last frame whose CRC fails: torn with nothing or zeros after it.
+    let mut crc_flip = log.clone();
+    crc_flip[end - 1] ^= 0x04;
+    let bad_crc = crc_reason(&crc_flip[o3..]);
+    check(
+        "complete last frame with a CRC flip and nothing after",
+        &[(seg(1), crc_flip.clone())],
+        &opens(&[1, 2], Some((seg(1), o3, bad_crc.clone()))),
+    );
+    check(
+        "complete last frame with a CRC flip and zeros after",
+        &[(seg(1), [crc_flip.clone(), zeros.clone()].concat())],
+        &opens(&[1, 2], Some((seg(1), o3, bad_crc.clone()))),
+    );
+
+    // ...but corrupt with non-zero bytes after it that hold no valid frame, right after it or
+    // after some zeros.
+    check(
+        "bad last frame followed by non-zero garbage",
+        &[(seg(1), [crc_flip.clone(), garbage(64)].concat())],
+        &corrupt(
+            seg(1),
+            o3,
+            format!("{bad_crc}, and non-zero bytes follow the frame at offset {end}"),
+        ),
+    );
+    check(
+        "bad last frame followed by zeros, then non-zero garbage",
+        &[(seg(1), [crc_flip, zeros.clone(), garbage(8)].concat())],
+        &corrupt(
+            seg(1),
+            o3,
+            format!(
+                "{bad_crc}, and non-zero bytes follow the frame at offset {}",
+                end + zeros.len()
+            ),
+        ),
+    );
+
+    // Zero-filled space is the end of the log only if it is zero up to the end of the file.
+    check(
+        "zero tail, then non-zero garbage",
+        &[(seg(1), [log.clone(), zeros.clone(), garbage(32)].concat())],
+        &corrupt(
+            seg(1),
+            end,
+            format!(
+                "zero length (zero-filled space), and non-zero bytes follow at offset {}",
+                end + zeros.len()
+            ),
+        ),
+    );
+
+    // A matching CRC over a reserved type: written that way by something else, never torn.
+    let mut reserved = log.clone();
+    reserved[o3 + 4] = 200;
+    let crc = crc32fast::hash(&reserved[o3..end - 4]);
+    reserved[end - 4..].copy_from_slice(&crc.to_le_bytes());
+    check(
+        "last record with a reserved type under a matching CRC",
+        &[(seg(1), reserved)],
+        &corrupt(
+            seg(1),
+            o3,
+            "invalid record type 200 under a matching CRC, which a torn write cannot leave",
+        ),
+    );
+
+    // Incomplete last frames: cut mid-payload, and a header cut short (inside the length, and
+    // after a whole length but before the end of the header).
+    let frame3 = end - o3;
+    let mid_payload = HEADER_BYTES + 5;
+    check(
+        "incomplete last frame, cut mid-payload",
+        &[(seg(1), log[..o3 + mid_payload].to_vec())],
+        &opens(
+            &[1, 2],
+            Some((
+                seg(1),
+                o3,
+                format!(
+                    "truncated record: frame of {frame3} bytes but only {mid_payload} bytes left"
+                ),
+            )),
+        ),
+    );
+    check(
+        "header cut short inside the length",
+        &[(seg(1), log[..o3 + 2].to_vec())],
+        &opens(
+            &[1, 2],
+            Some((seg(1), o3, "truncated length field (2 bytes left)".into())),
+        ),
+    );
+    check(
+        "header cut short after the length",
+        &[(seg(1), log[..o3 + 8].to_vec())],
+        &opens(
+            &[1, 2],
+            Some((
+                seg(1),
+                o3,
+                format!("truncated record: frame of {frame3} bytes but only 8 bytes left"),
+            )),
+        ),
+    );
+
+    // An incomplete frame is torn only at the end: a flipped length that makes a record before
+    // the last run past the end of the file must not cut the intact records after it.
+    let (log, [_, o2, o3]) = three();
+    let mut longer = log.clone();
+    longer[o2] ^= 0x20;
+    let len2 = u32::from_le_bytes(longer[o2..o2 + LEN_BYTES].try_into().unwrap()) as usize;
+    assert!(
+        o2 + len2 + 8 > end,
+        "the flipped length must run past the end"
+    );
+    check(
+        "length of a middle record flipped to run past the end of the file",
+        &[(seg(1), longer)],
+        &corrupt(
+            seg(1),
+            o2,
+            format!(
+                "truncated record: frame of {} bytes but only {} bytes left, and a valid record follows at offset {o3}",
+                len2 + 8,
+                end - o2
+            ),
+        ),
+    );
 }
 
 #[test]
