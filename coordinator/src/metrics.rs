@@ -72,9 +72,13 @@ pub struct Metrics {
     pub decision_fsync: Histogram,
     pub phase_two_retries: AtomicU64,
     pub stale_epoch_answers: AtomicU64,
-    /// Presumed aborts logged for ids a participant asked about and this coordinator had no
-    /// record of (a transaction whose start was lost in a crash).
+    /// Presumed aborts answered to participants for attempts the log covers and has no
+    /// decision for.
     pub presumed_aborts: AtomicU64,
+    /// Decision queries answered `unknown`: the log cannot prove the attempt's outcome.
+    pub unknown_answers: AtomicU64,
+    /// 1 once this run learned that its log is behind what participants saw.
+    pub log_behind: AtomicU64,
     /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
     pub recovered_transactions: AtomicU64,
 }
@@ -157,8 +161,20 @@ impl Metrics {
         counter(
             &mut out,
             "twopc_coordinator_presumed_aborts_total",
-            "Presumed aborts logged for ids a participant asked about that had no record.",
+            "Presumed aborts answered for attempts the log covers and holds no decision for.",
             self.presumed_aborts.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_unknown_answers_total",
+            "Decision queries answered unknown: the log cannot prove the attempt's outcome.",
+            self.unknown_answers.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_log_behind",
+            "1 when participants proved this log is behind (restored or rolled back).",
+            self.log_behind.load(Ordering::Relaxed),
         );
         self.prepare_latency.render(
             &mut out,

@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use protocol::{CoordinatorId, Decision, Epoch, ParticipantName, TxId, VoteKind};
+use protocol::{
+    CoordinatorId, Decision, Epoch, GlobalTxId, Incarnation, ParticipantName, TxId, VoteKind,
+};
 
 use crate::digest::Digest;
 
@@ -17,6 +19,7 @@ pub mod record_type {
     pub const DECISION: u8 = 3;
     pub const ACK: u8 = 4;
     pub const END: u8 = 5;
+    pub const BEHIND: u8 = 6;
 }
 
 /// One logged fact.
@@ -33,17 +36,58 @@ pub enum LogRecord {
     Ack(AckRecord),
     /// Every participant acknowledged (lazy); the transaction becomes a retained outcome.
     End(EndRecord),
+    /// Participants proved this log is behind what they saw (forced, not awaited): new work
+    /// stays refused across restarts, when a higher epoch would hide the evidence.
+    Behind(BehindRecord),
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BehindRecord {
+    pub evidence: String,
+    pub at_ms: u64,
+}
+
+/// Who this coordinator is and which run this is. The incarnation is drawn at random at every
+/// start, so a run started on a restored copy of the log never looks like the run it replaces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochRecord {
     pub coordinator_id: CoordinatorId,
     pub epoch: Epoch,
+    pub incarnation: Incarnation,
+}
+
+/// One attempt of a client transaction: the `position`th transaction the run `incarnation`
+/// began, and the global id participants know it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub gtid: GlobalTxId,
+    pub incarnation: Incarnation,
+    pub position: u64,
+}
+
+impl Attempt {
+    pub fn new(coordinator_id: &CoordinatorId, incarnation: Incarnation, position: u64) -> Self {
+        Attempt {
+            gtid: GlobalTxId::compose(coordinator_id, incarnation, position),
+            incarnation,
+            position,
+        }
+    }
+}
+
+/// How far the log holds one run: every attempt that run began up to `reach` (its positions
+/// are given out in log order, so holding one means holding every earlier one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpan {
+    pub incarnation: Incarnation,
+    pub epoch: Epoch,
+    pub reach: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeginRecord {
     pub txid: TxId,
+    pub attempt: Attempt,
     pub digest: Digest,
     pub participants: Vec<ParticipantName>,
     pub created_at_ms: u64,
@@ -52,6 +96,7 @@ pub struct BeginRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub txid: TxId,
+    pub attempt: Attempt,
     pub digest: Digest,
     pub decision: Decision,
     pub reason: Option<String>,
@@ -59,15 +104,6 @@ pub struct DecisionRecord {
     pub votes: Vec<(ParticipantName, VoteKind)>,
     pub created_at_ms: u64,
     pub decided_at_ms: u64,
-    /// A presumed abort made durable: a participant asked about an id this coordinator had no
-    /// record of (its `Begin` was lost in a crash). No participants, no digest: whatever body a
-    /// client later sends with this id gets this aborted outcome, never a fresh attempt.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub presumed: bool,
-}
-
-fn is_false(value: &bool) -> bool {
-    !*value
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,9 +137,16 @@ pub struct Retained {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub identity: EpochRecord,
+    /// Every run this log has held, with how far it holds each (presumed abort is answered
+    /// only inside these spans).
+    pub runs: Vec<RunSpan>,
     /// Begun, not decided: recovery aborts them.
     pub begun: Vec<BeginRecord>,
     pub decided: Vec<LiveDecided>,
+    /// Set once participants proved this log is behind (see `LogRecord::Behind`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind: Option<BehindRecord>,
+    /// Last field: `Engine::snapshot_bytes` appends the retained outcomes' encodings here.
     pub retained: Vec<Retained>,
 }
 
@@ -130,6 +173,7 @@ impl LogRecord {
             LogRecord::Decision(_) => record_type::DECISION,
             LogRecord::Ack(_) => record_type::ACK,
             LogRecord::End(_) => record_type::END,
+            LogRecord::Behind(_) => record_type::BEHIND,
         }
     }
 
@@ -141,6 +185,7 @@ impl LogRecord {
             LogRecord::Decision(r) => serde_json::to_vec(r),
             LogRecord::Ack(r) => serde_json::to_vec(r),
             LogRecord::End(r) => serde_json::to_vec(r),
+            LogRecord::Behind(r) => serde_json::to_vec(r),
         };
         // These structs hold only strings, numbers and enums: serialization cannot fail.
         encoded.unwrap_or_default()
@@ -158,6 +203,7 @@ impl LogRecord {
             record_type::DECISION => serde_json::from_slice(payload).map(LogRecord::Decision),
             record_type::ACK => serde_json::from_slice(payload).map(LogRecord::Ack),
             record_type::END => serde_json::from_slice(payload).map(LogRecord::End),
+            record_type::BEHIND => serde_json::from_slice(payload).map(LogRecord::Behind),
             other => {
                 return Err(DecodeError::UnknownType {
                     seq,
@@ -187,26 +233,33 @@ mod tests {
         ParticipantName::new(s).unwrap()
     }
 
+    fn identity() -> EpochRecord {
+        EpochRecord {
+            coordinator_id: CoordinatorId::new("c-1").unwrap(),
+            epoch: Epoch(3),
+            incarnation: Incarnation(0xfeed),
+        }
+    }
+
     #[test]
     fn every_record_round_trips_with_its_type() {
         let txid = TxId::new("t-1").unwrap();
+        let attempt = Attempt::new(&identity().coordinator_id, Incarnation(0xfeed), 7);
         let decision = DecisionRecord {
             txid: txid.clone(),
+            attempt: attempt.clone(),
             digest: Digest(42),
             decision: Decision::Commit,
             reason: None,
             votes: vec![(name("a"), VoteKind::Yes), (name("b"), VoteKind::Yes)],
             created_at_ms: 1,
             decided_at_ms: 2,
-            presumed: false,
         };
         let records = [
-            LogRecord::Epoch(EpochRecord {
-                coordinator_id: CoordinatorId::new("c-1").unwrap(),
-                epoch: Epoch(3),
-            }),
+            LogRecord::Epoch(identity()),
             LogRecord::Begin(BeginRecord {
                 txid: txid.clone(),
+                attempt,
                 digest: Digest(42),
                 participants: vec![name("a"), name("b")],
                 created_at_ms: 1,
@@ -220,21 +273,28 @@ mod tests {
                 txid,
                 ended_at_ms: 9,
             }),
+            LogRecord::Behind(BehindRecord {
+                evidence: "inventory: incarnation_conflict".into(),
+                at_ms: 10,
+            }),
         ];
         for (i, record) in records.iter().enumerate() {
             let back = LogRecord::decode(i as u64, record.record_type(), &record.encode()).unwrap();
             assert_eq!(&back, record);
         }
         let snapshot = Snapshot {
-            identity: EpochRecord {
-                coordinator_id: CoordinatorId::new("c-1").unwrap(),
+            identity: identity(),
+            runs: vec![RunSpan {
+                incarnation: Incarnation(0xfeed),
                 epoch: Epoch(3),
-            },
+                reach: 7,
+            }],
             begun: vec![],
             decided: vec![LiveDecided {
                 decision: decision.clone(),
                 acked: vec![name("a")],
             }],
+            behind: None,
             retained: vec![Retained {
                 decision,
                 ended_at_ms: 5,
@@ -244,32 +304,17 @@ mod tests {
     }
 
     #[test]
-    fn a_presumed_abort_round_trips_and_older_decisions_read_as_not_presumed() {
-        let presumed = DecisionRecord {
-            txid: TxId::new("t-lost").unwrap(),
-            digest: Digest(0),
-            decision: Decision::Abort,
-            reason: Some("presumed abort".into()),
-            votes: vec![],
-            created_at_ms: 7,
-            decided_at_ms: 7,
-            presumed: true,
-        };
-        let record = LogRecord::Decision(presumed.clone());
-        let back = LogRecord::decode(1, record_type::DECISION, &record.encode()).unwrap();
-        assert_eq!(back, record);
-        // An ordinary decision's encoding has no `presumed` field (logs written before it
-        // existed read the same), and it decodes as not presumed.
-        let ordinary = DecisionRecord {
-            presumed: false,
-            ..presumed
-        };
-        let bytes = LogRecord::Decision(ordinary.clone()).encode();
-        assert!(!String::from_utf8_lossy(&bytes).contains("presumed\""));
-        assert_eq!(
-            LogRecord::decode(2, record_type::DECISION, &bytes).unwrap(),
-            LogRecord::Decision(ordinary)
+    fn an_attempt_is_logged_with_its_global_id_and_position() {
+        let attempt = Attempt::new(&identity().coordinator_id, Incarnation(0xfeed), 7);
+        assert_eq!(attempt.gtid.as_str(), "c-1:000000000000feed:7");
+        let bytes = LogRecord::Epoch(identity()).encode();
+        assert!(
+            String::from_utf8_lossy(&bytes).contains("\"incarnation\":\"000000000000feed\""),
+            "the run's incarnation is in its epoch record"
         );
+        // A log written before attempts existed does not decode: it is refused, not guessed.
+        let old = br#"{"txid":"t","digest":"0000000000000000000000000000002a","participants":[],"created_at_ms":1}"#;
+        assert!(LogRecord::decode(3, record_type::BEGIN, old).is_err());
     }
 
     #[test]

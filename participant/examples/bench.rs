@@ -12,12 +12,17 @@
 //! group delay. `BENCH_COMMIT_GROUP_DELAY_US` sets that delay (default: the library's).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use participant::kv::{KvStore, routes};
 use participant::{Participant, ParticipantConfig, SyncPolicy};
+use protocol::{CoordinatorId, GlobalTxId, Incarnation};
 use serde_json::json;
+
+/// The coordinator the bench speaks as, and its one run.
+const COORDINATOR: &str = "bench";
+const RUN: Incarnation = Incarnation(1);
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const ROUNDS: usize = 3;
@@ -55,13 +60,18 @@ async fn run(sync: SyncPolicy, clients: usize, seconds: f64) -> Figures {
     let client = reqwest::Client::new();
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
+    // Shared, so positions rise in the order attempts begin, as one coordinator run's do.
+    let positions = Arc::new(AtomicU64::new(1));
+    let coordinator = CoordinatorId::new(COORDINATOR).expect("coordinator id");
     let mut workers = Vec::new();
     for worker in 0..clients {
-        let (client, base, stop, measuring) = (
+        let (client, base, stop, measuring, positions, coordinator) = (
             client.clone(),
             base.clone(),
             stop.clone(),
             measuring.clone(),
+            positions.clone(),
+            coordinator.clone(),
         );
         workers.push(tokio::spawn(async move {
             let mut latencies_us = Vec::new();
@@ -69,8 +79,11 @@ async fn run(sync: SyncPolicy, clients: usize, seconds: f64) -> Figures {
             while !stop.load(Ordering::Relaxed) {
                 let txid = format!("w{worker}-{n}");
                 n += 1;
+                let position = positions.fetch_add(1, Ordering::Relaxed);
+                let gtid = GlobalTxId::compose(&coordinator, RUN, position);
                 let start = Instant::now();
-                let prepare = json!({"txid": txid, "coordinator_id": "bench", "epoch": 1,
+                let prepare = json!({"txid": txid, "gtid": gtid, "coordinator_id": COORDINATOR,
+                    "epoch": 1, "incarnation": RUN.to_string(), "position": position,
                     "payload": {"ops": [{"op": "add", "key": format!("k{worker}"), "delta": 1}]}});
                 let vote: serde_json::Value = client
                     .post(format!("{base}/2pc/prepare"))
@@ -82,7 +95,8 @@ async fn run(sync: SyncPolicy, clients: usize, seconds: f64) -> Figures {
                     .await
                     .expect("vote");
                 assert_eq!(vote, json!({"vote": "yes"}));
-                let commit = json!({"txid": txid, "coordinator_id": "bench", "epoch": 1});
+                let commit = json!({"txid": txid, "gtid": gtid, "coordinator_id": COORDINATOR,
+                    "epoch": 1, "incarnation": RUN.to_string()});
                 let status = client
                     .post(format!("{base}/2pc/commit"))
                     .json(&commit)

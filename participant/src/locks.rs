@@ -2,33 +2,37 @@
 
 use std::collections::HashMap;
 
-use protocol::TxId;
+use protocol::GlobalTxId;
 
-/// Which prepared transaction holds each key.
+/// Which prepared attempt (by global id) holds each key.
 #[derive(Debug, Default)]
 pub(crate) struct Locks {
-    holders: HashMap<String, TxId>,
+    holders: HashMap<String, GlobalTxId>,
 }
 
 impl Locks {
-    /// The first key in `keys` held by a transaction other than `txid`, with its holder.
-    pub fn conflict<'a>(&'a self, txid: &TxId, keys: &'a [String]) -> Option<(&'a str, &'a TxId)> {
+    /// The first key in `keys` held by a transaction other than `gtid`, with its holder.
+    pub fn conflict<'a>(
+        &'a self,
+        gtid: &GlobalTxId,
+        keys: &'a [String],
+    ) -> Option<(&'a str, &'a GlobalTxId)> {
         keys.iter().find_map(|key| match self.holders.get(key) {
-            Some(holder) if holder != txid => Some((key.as_str(), holder)),
+            Some(holder) if holder != gtid => Some((key.as_str(), holder)),
             Some(_) | None => None,
         })
     }
 
-    pub fn take(&mut self, txid: &TxId, keys: &[String]) {
+    pub fn take(&mut self, gtid: &GlobalTxId, keys: &[String]) {
         for key in keys {
-            self.holders.insert(key.clone(), txid.clone());
+            self.holders.insert(key.clone(), gtid.clone());
         }
     }
 
-    /// Releases the keys `txid` holds (a key since taken by another transaction stays).
-    pub fn release(&mut self, txid: &TxId, keys: &[String]) {
+    /// Releases the keys `gtid` holds (a key since taken by another transaction stays).
+    pub fn release(&mut self, gtid: &GlobalTxId, keys: &[String]) {
         for key in keys {
-            if self.holders.get(key) == Some(txid) {
+            if self.holders.get(key) == Some(gtid) {
                 self.holders.remove(key);
             }
         }

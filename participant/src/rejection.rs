@@ -1,6 +1,6 @@
 //! Protocol requests the participant refuses to process, each with its error code.
 
-use protocol::{CoordinatorId, Epoch, ErrorCode, TxId};
+use protocol::{CoordinatorId, Epoch, ErrorCode, GlobalTxId, Incarnation};
 
 /// A request answered with an error instead of a vote or an ack.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -13,8 +13,24 @@ pub enum Rejection {
         got: Epoch,
         highest: Epoch,
     },
-    #[error("transaction {txid} {why}")]
-    NotPrepared { txid: TxId, why: String },
+    #[error(
+        "epoch {epoch} of coordinator {coordinator_id} was already claimed by its run \
+         {claimed_by}; this message comes from run {got}, which runs on a rolled-back copy of \
+         that coordinator's log (a restored backup?)"
+    )]
+    IncarnationConflict {
+        coordinator_id: CoordinatorId,
+        epoch: Epoch,
+        claimed_by: Incarnation,
+        got: Incarnation,
+    },
+    #[error("transaction {gtid} {why}")]
+    NotPrepared { gtid: GlobalTxId, why: String },
+    #[error("attempt {gtid} does not belong to coordinator {coordinator_id}")]
+    ForeignAttempt {
+        gtid: GlobalTxId,
+        coordinator_id: CoordinatorId,
+    },
     #[error("invalid payload: {0}")]
     InvalidPayload(String),
     #[error("payload is {len} bytes; the limit is {max}")]
@@ -25,6 +41,8 @@ impl Rejection {
     pub fn code(&self) -> ErrorCode {
         match self {
             Rejection::StaleEpoch { .. } => ErrorCode::StaleEpoch,
+            Rejection::IncarnationConflict { .. } => ErrorCode::IncarnationConflict,
+            Rejection::ForeignAttempt { .. } => ErrorCode::InvalidId,
             Rejection::NotPrepared { .. } => ErrorCode::NotPrepared,
             Rejection::InvalidPayload(_) => ErrorCode::InvalidPayload,
             Rejection::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,

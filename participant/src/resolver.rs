@@ -1,13 +1,14 @@
 //! In-doubt resolution: a prepared transaction with no decision for `in_doubt_after_ms` asks
-//! the coordinator (`GET {coordinator}/v1/transactions/{txid}/decision`) with capped backoff and
-//! jitter, and obeys a `commit` or `abort`. `pending` or no answer means ask again later; the
-//! participant never decides alone.
+//! the coordinator (`GET {coordinator}/v1/transactions/{txid}/decision?gtid=..&incarnation=..
+//! &epoch=..&position=..`) with capped backoff and jitter, and obeys a `commit` or `abort` from
+//! the coordinator that prepared it. `pending`, `unknown` or no answer means ask again later;
+//! the participant never decides alone.
 //!
 //! The coordinator URL comes from the participant's own configuration only.
 
 use std::time::Duration;
 
-use protocol::{DecisionQueryResponse, DecisionStatus, TxId, routes};
+use protocol::{DecisionQuery, DecisionQueryResponse, TxId, routes};
 
 use crate::resource::Resource;
 use crate::service::Participant;
@@ -25,25 +26,30 @@ impl<R: Resource> Participant<R> {
                 if this.is_failed() {
                     return;
                 }
-                for txid in this.tick() {
+                for (txid, query) in this.tick() {
                     let this = this.clone();
-                    tokio::spawn(async move { this.resolve(txid).await });
+                    tokio::spawn(async move { this.resolve(txid, query).await });
                 }
             }
         })
     }
 
-    async fn resolve(&self, txid: TxId) {
-        let answer = self.ask(&txid).await;
-        if let Some(decision) = answer {
-            tracing::info!(%txid, ?decision, "coordinator answered a decision query");
+    async fn resolve(&self, txid: TxId, query: DecisionQuery) {
+        let answer = self.ask(&txid, &query).await;
+        if let Some(answer) = &answer {
+            tracing::info!(%txid, gtid = %query.gtid, decision = ?answer.decision,
+                reason = answer.reason.as_deref().unwrap_or(""),
+                "coordinator answered a decision query");
         }
-        if let Err(error) = self.decision_answer(txid.clone(), answer).await {
-            tracing::error!(%txid, %error, "could not record the coordinator's decision");
+        if let Err(error) = self.decision_answer(query.gtid.clone(), answer).await {
+            tracing::error!(%txid, gtid = %query.gtid, %error,
+                "could not record the coordinator's decision");
         }
     }
 
-    async fn ask(&self, txid: &TxId) -> Option<DecisionStatus> {
+    /// The coordinator's answer as it came; the engine decides whether to obey it (right
+    /// coordinator id, no lower epoch than it holds).
+    async fn ask(&self, txid: &TxId, query: &DecisionQuery) -> Option<DecisionQueryResponse> {
         self.metrics().count_decision_query();
         let Some(base) = &self.config().coordinator_url else {
             tracing::warn!(
@@ -55,7 +61,7 @@ impl<R: Resource> Participant<R> {
         let url = format!(
             "{}{}",
             base.trim_end_matches('/'),
-            routes::decision_path(txid)
+            routes::decision_query_path(txid, query)
         );
         let response = match self.inner.client.get(&url).send().await {
             Ok(response) => response,
@@ -72,24 +78,7 @@ impl<R: Resource> Participant<R> {
             return None;
         }
         match response.json::<DecisionQueryResponse>().await {
-            Ok(body) => {
-                let prepared_by = self
-                    .prepared_list()
-                    .into_iter()
-                    .find(|entry| &entry.txid == txid)
-                    .map(|entry| entry.coordinator_id);
-                match (&body.coordinator_id, prepared_by) {
-                    (Some(answered_by), Some(prepared_by)) if *answered_by != prepared_by => {
-                        self.metrics().count_decision_query_failure();
-                        tracing::error!(%txid, %url, %answered_by, %prepared_by,
-                            "the coordinator at --coordinator is not the one that prepared this \
-                             transaction; ignoring its answer and staying in doubt (an operator \
-                             must point --coordinator at the right coordinator)");
-                        None
-                    }
-                    _ => Some(body.decision),
-                }
-            }
+            Ok(body) => Some(body),
             Err(error) => {
                 self.metrics().count_decision_query_failure();
                 tracing::warn!(%txid, %url, %error, "decision query answer malformed; will ask again");

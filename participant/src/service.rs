@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use protocol::kv::PreparedEntry;
-use protocol::{DecisionRequest, DecisionStatus, PrepareRequest, TxId, Vote};
+use protocol::{DecisionQuery, DecisionQueryResponse, DecisionRequest, PrepareRequest, TxId, Vote};
 use wal::{AppendTicket, Durability, Wal, WalError};
 
 use crate::config::ParticipantConfig;
@@ -179,7 +179,7 @@ impl<R: Resource> Participant<R> {
     /// Phase one. `Ok(Vote::Yes)` only after the prepared record is durable.
     pub async fn prepare(&self, request: PrepareRequest) -> Result<Vote, RequestError> {
         crash_point(crash::BEFORE_PREPARED_DURABLE);
-        let txid = request.txid.clone();
+        let (txid, gtid) = (request.txid.clone(), request.gtid.clone());
         let reply = self
             .run(Event::Prepare {
                 request,
@@ -195,15 +195,15 @@ impl<R: Resource> Participant<R> {
             Ok(Vote::Yes) => {
                 crash_point(crash::AFTER_PREPARED_DURABLE);
                 self.metrics().count_vote(true);
-                tracing::debug!(%txid, "prepared, voting yes");
+                tracing::debug!(%txid, %gtid, "prepared, voting yes");
             }
             Ok(Vote::No { reason }) => {
                 self.metrics().count_vote(false);
-                tracing::info!(%txid, %reason, "voting no");
+                tracing::info!(%txid, %gtid, %reason, "voting no");
             }
             Err(error) => {
                 self.metrics().count_rejected();
-                tracing::info!(%txid, %error, "prepare refused");
+                tracing::info!(%txid, %gtid, %error, "prepare refused");
             }
         }
         result
@@ -211,7 +211,7 @@ impl<R: Resource> Participant<R> {
 
     /// Phase two, commit. `Ok` only after the commit record is durable.
     pub async fn commit(&self, request: DecisionRequest) -> Result<(), RequestError> {
-        let txid = request.txid.clone();
+        let gtid = request.gtid.clone();
         let reply = self
             .run(Event::Commit {
                 request,
@@ -223,11 +223,11 @@ impl<R: Resource> Participant<R> {
             Ok(()) => {
                 crash_point(crash::AFTER_COMMIT_LOGGED);
                 self.metrics().count_commit();
-                tracing::debug!(%txid, "committed");
+                tracing::debug!(%gtid, "committed");
             }
             Err(error) => {
                 self.metrics().count_rejected();
-                tracing::warn!(%txid, %error, "commit refused");
+                tracing::warn!(%gtid, %error, "commit refused");
             }
         }
         result
@@ -235,7 +235,7 @@ impl<R: Resource> Participant<R> {
 
     /// Phase two, abort. `Ok` only after the abort record (or tombstone) is durable.
     pub async fn abort(&self, request: DecisionRequest) -> Result<(), RequestError> {
-        let txid = request.txid.clone();
+        let gtid = request.gtid.clone();
         let reply = self
             .run(Event::Abort {
                 request,
@@ -246,11 +246,11 @@ impl<R: Resource> Participant<R> {
         match &result {
             Ok(()) => {
                 self.metrics().count_abort();
-                tracing::debug!(%txid, "aborted");
+                tracing::debug!(%gtid, "aborted");
             }
             Err(error) => {
                 self.metrics().count_rejected();
-                tracing::warn!(%txid, %error, "abort refused");
+                tracing::warn!(%gtid, %error, "abort refused");
             }
         }
         result
@@ -259,11 +259,11 @@ impl<R: Resource> Participant<R> {
     /// Feeds the coordinator's answer to a decision query (or `None`: no usable answer).
     pub(crate) async fn decision_answer(
         &self,
-        txid: TxId,
-        answer: Option<DecisionStatus>,
+        gtid: protocol::GlobalTxId,
+        answer: Option<DecisionQueryResponse>,
     ) -> Result<(), RequestError> {
         self.run(Event::DecisionAnswer {
-            txid,
+            gtid,
             answer,
             now_ms: now_ms(),
             entropy: fastrand::u64(..),
@@ -272,13 +272,13 @@ impl<R: Resource> Participant<R> {
         .map(|_| ())
     }
 
-    /// Scans for transactions in doubt for too long; returns the ones to ask about.
-    pub(crate) fn tick(&self) -> Vec<TxId> {
+    /// Scans for attempts in doubt for too long; returns the queries to send.
+    pub(crate) fn tick(&self) -> Vec<(TxId, DecisionQuery)> {
         let commands = self.lock().engine.step(Event::Tick { now_ms: now_ms() });
         commands
             .into_iter()
             .filter_map(|command| match command {
-                Command::AskDecision { txid } => Some(txid),
+                Command::AskDecision { txid, query } => Some((txid, query)),
                 Command::Log { .. } | Command::Reply(_) => None,
             })
             .collect()

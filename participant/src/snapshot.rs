@@ -3,15 +3,17 @@
 //! values: they are parsed again on restore, which also takes the locks again), the highest
 //! epoch per coordinator and the tombstones.
 
-use protocol::{CoordinatorId, Epoch, TxId};
+use protocol::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Engine, EngineConfig, ReplayError};
+use crate::engine::{Engine, EngineConfig, LoggedPrepare, ReplayError, Sender};
+use crate::record::Fence;
 use crate::resource::Resource;
 use crate::tombstones::Tombstone;
 
-/// Bumped when the layout changes incompatibly.
-const SNAPSHOT_FORMAT: u32 = 1;
+/// Bumped when the layout changes incompatibly (2: attempts keyed by global id, fences with
+/// the coordinator run's incarnation).
+const SNAPSHOT_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -20,13 +22,18 @@ pub struct Snapshot {
     pub prepared: Vec<PreparedSnapshot>,
     pub epochs: Vec<EpochEntry>,
     pub tombstones: Vec<Tombstone>,
+    /// Per coordinator run, the highest attempt position whose tombstone was dropped.
+    pub forgotten: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PreparedSnapshot {
+    pub gtid: GlobalTxId,
     pub txid: TxId,
     pub coordinator_id: CoordinatorId,
     pub epoch: Epoch,
+    pub incarnation: Incarnation,
+    pub position: u64,
     pub payload: serde_json::Value,
     pub prepared_at_ms: u64,
 }
@@ -35,6 +42,7 @@ pub struct PreparedSnapshot {
 pub struct EpochEntry {
     pub coordinator_id: CoordinatorId,
     pub epoch: Epoch,
+    pub incarnation: Incarnation,
 }
 
 impl<R: Resource> Engine<R> {
@@ -46,10 +54,13 @@ impl<R: Resource> Engine<R> {
             prepared: self
                 .prepared
                 .iter()
-                .map(|(txid, p)| PreparedSnapshot {
-                    txid: txid.clone(),
+                .map(|(gtid, p)| PreparedSnapshot {
+                    gtid: gtid.clone(),
+                    txid: p.txid.clone(),
                     coordinator_id: p.coordinator_id.clone(),
                     epoch: p.epoch,
+                    incarnation: p.incarnation,
+                    position: p.position,
                     payload: p.payload.clone(),
                     prepared_at_ms: p.prepared_at_ms,
                 })
@@ -57,16 +68,20 @@ impl<R: Resource> Engine<R> {
             epochs: self
                 .epochs
                 .iter()
-                .map(|(coordinator_id, epoch)| EpochEntry {
+                .map(|(coordinator_id, fence)| EpochEntry {
                     coordinator_id: coordinator_id.clone(),
-                    epoch: *epoch,
+                    epoch: fence.epoch,
+                    incarnation: fence.incarnation,
                 })
                 .collect(),
             tombstones: self.tombstones.to_vec(),
+            forgotten: self.tombstones.forgotten(),
         }
     }
 
-    /// Rebuilds an engine from a snapshot, prepared transactions with their locks held.
+    /// Rebuilds an engine from a snapshot, prepared attempts with their locks held. The
+    /// prepared set is restored after the tombstones and supersedes any for the same attempt
+    /// (as replay does: the prepared state is the later fact).
     pub fn restore(config: EngineConfig, snapshot: Snapshot) -> Result<Self, ReplayError> {
         if snapshot.format != SNAPSHOT_FORMAT {
             return Err(ReplayError::Snapshot(format!(
@@ -77,19 +92,33 @@ impl<R: Resource> Engine<R> {
         let resource = R::restore(snapshot.resource).map_err(ReplayError::Snapshot)?;
         let mut engine = Engine::new(config, resource);
         for entry in snapshot.epochs {
-            engine.epochs.insert(entry.coordinator_id, entry.epoch);
+            engine.epochs.insert(
+                entry.coordinator_id,
+                Fence {
+                    epoch: entry.epoch,
+                    incarnation: entry.incarnation,
+                },
+            );
+        }
+        for (run, position) in snapshot.forgotten {
+            engine.tombstones.restore_forgotten(run, position);
         }
         for t in snapshot.tombstones {
-            engine.tombstones.insert(t.txid, t.ended, t.at_ms);
+            engine.tombstones.insert(t.gtid, t.ended, t.digest, t.at_ms);
         }
         for p in snapshot.prepared {
-            engine.restore_prepared(
-                p.txid,
-                p.coordinator_id,
-                p.epoch,
-                p.payload,
-                p.prepared_at_ms,
-            )?;
+            engine.restore_prepared(LoggedPrepare {
+                gtid: p.gtid,
+                txid: p.txid,
+                sender: Sender {
+                    coordinator_id: p.coordinator_id,
+                    epoch: p.epoch,
+                    incarnation: p.incarnation,
+                },
+                position: p.position,
+                payload: p.payload,
+                prepared_at_ms: p.prepared_at_ms,
+            })?;
         }
         Ok(engine)
     }

@@ -96,7 +96,7 @@ async fn a_failed_fsync_is_503_log_failed_and_stays_failed() {
         .unwrap();
     // Healthy disk again: nothing is retried, every write is still refused.
     disk.set_fail_sync(false);
-    let body = r#"{"txid":"t1","coordinator_id":"c1","epoch":1}"#;
+    let body = serde_json::to_string(&decision("t1", 1)).unwrap();
     let response = app
         .clone()
         .oneshot(

@@ -6,7 +6,7 @@ mod common;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::Tally;
+use common::{C1, Tally, add, decision, from, gtid, gtid_of, prepare, prepare_as, run};
 use http_body_util::BodyExt;
 use participant::{Participant, ParticipantConfig, finish};
 use serde_json::{Value, json};
@@ -35,16 +35,25 @@ async fn post(app: &Router, path: &str, body: &str) -> (StatusCode, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// A request as JSON, to edit before sending.
+fn wire(request: impl serde::Serialize) -> Value {
+    serde_json::to_value(request).unwrap()
+}
+
 #[tokio::test]
 async fn protocol_round_trip_over_http() {
     let (app, participant, _dir) = app();
-    let prepare =
-        json!({"txid": "t1", "coordinator_id": "c1", "epoch": 1, "payload": {"key": "a", "n": 4}});
+    // Spelled out once: the wire shape of a prepare and a decision.
+    let prepare = json!({"txid": "t1", "gtid": "c1:0000000000000001:1", "coordinator_id": "c1",
+        "epoch": 1, "incarnation": "0000000000000001", "position": 1,
+        "payload": {"key": "a", "n": 4}});
     assert_eq!(
         post(&app, "/2pc/prepare", &prepare.to_string()).await,
         (StatusCode::OK, json!({"vote": "yes"}))
     );
-    let decision = json!({"txid": "t1", "coordinator_id": "c1", "epoch": 1}).to_string();
+    let decision = json!({"txid": "t1", "gtid": "c1:0000000000000001:1", "coordinator_id": "c1",
+        "epoch": 1, "incarnation": "0000000000000001"})
+    .to_string();
     assert_eq!(
         post(&app, "/2pc/commit", &decision).await,
         (StatusCode::OK, json!({"ack": true}))
@@ -54,8 +63,7 @@ async fn protocol_round_trip_over_http() {
         (StatusCode::OK, json!({"ack": true}))
     );
     assert_eq!(participant.read(|t| t.counts["a"]), 4);
-    let no =
-        json!({"txid": "t2", "coordinator_id": "c1", "epoch": 1, "payload": {"key": "a", "n": -1}});
+    let no = wire(prepare_as("t2", &gtid("t2"), &from(C1, 1), add("a", -1)));
     assert_eq!(
         post(&app, "/2pc/prepare", &no.to_string()).await,
         (
@@ -68,13 +76,13 @@ async fn protocol_round_trip_over_http() {
 #[tokio::test]
 async fn errors_have_the_contract_codes_and_statuses() {
     let (app, _participant, _dir) = app();
-    let ghost = json!({"txid": "ghost", "coordinator_id": "c1", "epoch": 3}).to_string();
+    let ghost = wire(decision("ghost", 3)).to_string();
     let (status, body) = post(&app, "/2pc/commit", &ghost).await;
     assert_eq!(
         (status, body["error"].clone()),
         (StatusCode::CONFLICT, json!("not_prepared"))
     );
-    let stale = json!({"txid": "t", "coordinator_id": "c1", "epoch": 2}).to_string();
+    let stale = wire(decision("t", 2)).to_string();
     let (status, body) = post(&app, "/2pc/abort", &stale).await;
     assert_eq!(
         (status, body["error"].clone()),
@@ -90,19 +98,20 @@ async fn errors_have_the_contract_codes_and_statuses() {
         (status, body["error"].clone()),
         (StatusCode::BAD_REQUEST, json!("malformed_json"))
     );
-    let extra =
-        json!({"txid": "t", "coordinator_id": "c1", "epoch": 3, "url": "http://evil"}).to_string();
-    let (status, body) = post(&app, "/2pc/commit", &extra).await;
+    let mut extra = wire(decision("t", 3));
+    extra["url"] = json!("http://evil");
+    let (status, body) = post(&app, "/2pc/commit", &extra.to_string()).await;
     assert_eq!(
         (status, body["error"].clone()),
         (StatusCode::BAD_REQUEST, json!("malformed_json"))
     );
-    let bad_id = json!({"txid": "a/b", "coordinator_id": "c1", "epoch": 3}).to_string();
+    let mut bad_id = wire(decision("t", 3));
+    bad_id["txid"] = json!("a/b");
     assert_eq!(
-        post(&app, "/2pc/abort", &bad_id).await.0,
+        post(&app, "/2pc/abort", &bad_id.to_string()).await.0,
         StatusCode::BAD_REQUEST
     );
-    let invalid = json!({"txid": "t", "coordinator_id": "c1", "epoch": 3, "payload": {"key": 1}});
+    let invalid = wire(prepare("t", 3, json!({"key": 1})));
     let (status, body) = post(&app, "/2pc/prepare", &invalid.to_string()).await;
     assert_eq!(
         (status, body["error"].clone()),
@@ -148,8 +157,7 @@ async fn health_readiness_and_metrics() {
         (StatusCode::OK, r#"{"status":"ok"}"#.to_string())
     );
     assert_eq!(send(&app, get("/readyz")).await.0, StatusCode::OK);
-    let prepare =
-        json!({"txid": "t1", "coordinator_id": "c1", "epoch": 1, "payload": {"key": "a", "n": 1}});
+    let prepare = wire(prepare("t1", 1, add("a", 1)));
     post(&app, "/2pc/prepare", &prepare.to_string()).await;
     let (status, text) = send(&app, get("/metrics")).await;
     assert_eq!(status, StatusCode::OK);
@@ -163,4 +171,117 @@ async fn health_readiness_and_metrics() {
         text.contains("# TYPE twopc_wal_fsyncs_total counter"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn the_prepared_listing_shows_the_attempt_and_its_run() {
+    let (app, _participant, _dir) = app();
+    let g = gtid_of(C1, run(2), 17);
+    let prepare = wire(prepare_as("order-9", &g, &from(C1, 2), add("a", 1)));
+    assert_eq!(
+        post(&app, "/2pc/prepare", &prepare.to_string()).await,
+        (StatusCode::OK, json!({"vote": "yes"}))
+    );
+    let (status, text) = send(
+        &app,
+        Request::get("/v1/prepared").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    let entry = &listed["prepared"][0];
+    assert_eq!(entry["txid"], "order-9");
+    assert_eq!(entry["gtid"], "c1:0000000000000002:17");
+    assert_eq!(entry["incarnation"], "0000000000000002");
+    assert_eq!(entry["position"], 17);
+    assert_eq!(entry["epoch"], 2);
+    assert_eq!(entry["keys"], json!(["a"]));
+    assert!(entry.get("last_answer").is_none(), "never asked: {entry}");
+    assert_eq!(listed["prepared"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn a_request_without_its_attempt_id_is_malformed_and_changes_nothing() {
+    let (app, participant, _dir) = app();
+    for field in ["gtid", "incarnation", "position"] {
+        let mut prepare = wire(prepare("t1", 1, add("a", 1)));
+        prepare.as_object_mut().unwrap().remove(field);
+        let (status, body) = post(&app, "/2pc/prepare", &prepare.to_string()).await;
+        assert_eq!(
+            (status, body["error"].clone()),
+            (StatusCode::BAD_REQUEST, json!("malformed_json")),
+            "{field}: {body}"
+        );
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("missing field `{field}`")),
+            "{message}"
+        );
+    }
+    for route in ["/2pc/commit", "/2pc/abort"] {
+        let mut decision = wire(decision("t1", 1));
+        decision.as_object_mut().unwrap().remove("gtid");
+        let (status, body) = post(&app, route, &decision.to_string()).await;
+        assert_eq!(
+            (status, body["error"].clone()),
+            (StatusCode::BAD_REQUEST, json!("malformed_json")),
+            "{route}: {body}"
+        );
+    }
+    assert!(participant.prepared_list().is_empty());
+    participant.with_engine(|e| {
+        assert_eq!(
+            (e.tombstones_len(), e.highest_epoch(&common::coord(C1))),
+            (0, None)
+        );
+    });
+}
+
+#[tokio::test]
+async fn fencing_and_foreign_attempts_have_their_codes() {
+    let (app, participant, _dir) = app();
+    let prepare = wire(prepare("t1", 3, add("a", 1)));
+    assert_eq!(
+        post(&app, "/2pc/prepare", &prepare.to_string()).await.0,
+        StatusCode::OK
+    );
+    // Epoch 3 again, from another run of c1 (its log restored from a backup).
+    let restored = from(C1, 3).in_run(0xbad);
+    for (route, request) in [
+        (
+            "/2pc/prepare",
+            wire(prepare_as("t2", &gtid("t2"), &restored, add("b", 1))),
+        ),
+        (
+            "/2pc/commit",
+            wire(common::decision_as("t1", &gtid("t1"), &restored)),
+        ),
+        (
+            "/2pc/abort",
+            wire(common::decision_as("t1", &gtid("t1"), &restored)),
+        ),
+    ] {
+        let (status, body) = post(&app, route, &request.to_string()).await;
+        assert_eq!(
+            (status, body["error"].clone()),
+            (StatusCode::CONFLICT, json!("incarnation_conflict")),
+            "{route}: {body}"
+        );
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("0000000000000bad"), "{message}");
+    }
+    let foreign = wire(prepare_as(
+        "t3",
+        &gtid_of("c2", run(3), 1),
+        &from(C1, 3),
+        add("c", 1),
+    ));
+    let (status, body) = post(&app, "/2pc/prepare", &foreign.to_string()).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (StatusCode::UNPROCESSABLE_ENTITY, json!("invalid_id")),
+        "{body}"
+    );
+    assert_eq!(participant.prepared_list().len(), 1);
+    assert_eq!(participant.read(|t| t.applied + t.released), 0);
 }

@@ -1,6 +1,8 @@
 //! The reference KV participant through its HTTP app (`Router::oneshot`): every op, every
 //! reason for a no vote, lock conflicts, committed-only reads and bad payloads.
 
+mod common;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -47,13 +49,18 @@ async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (S
     (status, value)
 }
 
+/// A prepare body for `txid`'s attempt (see `common::gtid`) from c1 at epoch 1.
+fn prepare_body(txid: &str, payload: Value) -> Value {
+    serde_json::to_value(common::prepare(txid, 1, payload)).unwrap()
+}
+
 async fn prepare(app: &Router, txid: &str, ops: Value) -> (StatusCode, Value) {
-    let body = json!({"txid": txid, "coordinator_id": "c1", "epoch": 1, "payload": {"ops": ops}});
+    let body = prepare_body(txid, json!({"ops": ops}));
     call(app, "POST", "/2pc/prepare", Some(body)).await
 }
 
 async fn decide(app: &Router, what: &str, txid: &str) -> (StatusCode, Value) {
-    let body = json!({"txid": txid, "coordinator_id": "c1", "epoch": 1});
+    let body = serde_json::to_value(common::decision(txid, 1)).unwrap();
     call(app, "POST", &format!("/2pc/{what}"), Some(body)).await
 }
 
@@ -182,6 +189,8 @@ async fn lock_conflict_and_committed_only_reads() {
     assert_eq!(get(app, "stock").await.1["value"], 10);
     let (_, prepared) = call(app, "GET", "/v1/prepared", None).await;
     assert_eq!(prepared["prepared"][0]["txid"], "holder");
+    let holder = common::gtid("holder");
+    assert_eq!(prepared["prepared"][0]["gtid"], holder.as_str());
     assert_eq!(prepared["prepared"][0]["keys"], json!(["stock"]));
     let reason = no_reason(
         app,
@@ -190,7 +199,7 @@ async fn lock_conflict_and_committed_only_reads() {
     )
     .await;
     assert!(
-        reason.contains("\"stock\"") && reason.contains("holder"),
+        reason.contains("\"stock\"") && reason.contains(holder.as_str()),
         "{reason}"
     );
     decide(app, "commit", "holder").await;
@@ -247,7 +256,7 @@ async fn bad_payloads_get_clear_errors_and_change_nothing() {
         ),
     ];
     for (i, (payload, expected)) in cases.into_iter().enumerate() {
-        let body = json!({"txid": format!("bad{i}"), "coordinator_id": "c1", "epoch": 1, "payload": payload});
+        let body = prepare_body(&format!("bad{i}"), payload);
         let (status, error) = call(app, "POST", "/2pc/prepare", Some(body)).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{error}");
         assert_eq!(error["error"], "invalid_payload");
@@ -255,7 +264,7 @@ async fn bad_payloads_get_clear_errors_and_change_nothing() {
         assert!(message.contains(expected), "{message} lacks {expected}");
     }
     let huge = json!({"ops": [{"op": "put", "key": "k", "value": "x".repeat(65 * 1024)}]});
-    let body = json!({"txid": "huge", "coordinator_id": "c1", "epoch": 1, "payload": huge});
+    let body = prepare_body("huge", huge);
     let (status, error) = call(app, "POST", "/2pc/prepare", Some(body)).await;
     assert_eq!(
         (status, error["error"].clone()),

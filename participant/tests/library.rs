@@ -7,9 +7,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Tally, add, decision, prepare};
+use common::{
+    C1, Tally, add, coord, decision, decision_as, from, gtid, gtid_of, prepare, prepare_as, run,
+};
+use participant::record::Fence;
 use participant::{OpenError, Participant, ParticipantConfig, RequestError};
-use protocol::{ErrorCode, Vote};
+use protocol::{Epoch, ErrorCode, Incarnation, Vote};
 
 fn config(dir: &tempfile::TempDir) -> ParticipantConfig {
     ParticipantConfig::new(dir.path())
@@ -54,6 +57,93 @@ async fn highest_epoch_survives_a_restart() {
 }
 
 #[tokio::test]
+async fn the_run_holding_an_epoch_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(config(&dir));
+    assert_eq!(
+        p.prepare(prepare("t1", 5, add("a", 1))).await.unwrap(),
+        Vote::Yes
+    );
+    // Epoch 6 claimed by run 0x66, by a message that leaves no record but the fence.
+    let six = from(C1, 6).in_run(0x66);
+    assert_eq!(
+        code(p.commit(decision_as("ghost", &gtid("ghost"), &six)).await),
+        ErrorCode::NotPrepared
+    );
+    drop(p);
+    let p = open(config(&dir));
+    assert_eq!(
+        p.with_engine(|e| e.highest_epoch(&coord(C1))),
+        Some(Fence {
+            epoch: Epoch(6),
+            incarnation: Incarnation(0x66)
+        })
+    );
+    // Another run claiming epoch 6 (a coordinator restored from a backup) is refused.
+    assert_eq!(
+        code(p.prepare(prepare("t2", 6, add("b", 1))).await),
+        ErrorCode::IncarnationConflict
+    );
+    assert_eq!(
+        code(p.commit(decision("t1", 6)).await),
+        ErrorCode::IncarnationConflict
+    );
+    assert_eq!(p.prepared_list().len(), 1);
+    p.commit(decision_as("t1", &gtid("t1"), &six))
+        .await
+        .unwrap();
+    assert_eq!(p.read(|t| t.applied), 1);
+}
+
+#[tokio::test]
+async fn a_reused_client_id_after_a_restart_is_a_new_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (from(C1, 1), from(C1, 2));
+    let first = gtid_of(C1, run(1), 1);
+    let p = open(config(&dir));
+    assert_eq!(
+        p.prepare(prepare_as("order-1", &first, &one, add("a", 1)))
+            .await
+            .unwrap(),
+        Vote::Yes
+    );
+    p.commit(decision_as("order-1", &first, &one))
+        .await
+        .unwrap();
+    drop(p);
+
+    // The coordinator's next run begins the client's retry of order-1 as its first attempt.
+    let p = open(config(&dir));
+    let second = gtid_of(C1, run(2), 1);
+    assert_eq!(
+        p.prepare(prepare_as("order-1", &second, &two, add("a", 5)))
+            .await
+            .unwrap(),
+        Vote::Yes
+    );
+    assert_eq!(p.prepared_list()[0].gtid, second);
+    p.commit(decision_as("order-1", &second, &two))
+        .await
+        .unwrap();
+    assert_eq!(p.read(|t| (t.counts["a"], t.applied)), (6, 2));
+    // The first attempt's tombstone still knows its payload.
+    assert!(matches!(
+        p.prepare(prepare_as("order-1", &first, &two, add("a", 5)))
+            .await
+            .unwrap(),
+        Vote::No { .. }
+    ));
+    assert_eq!(
+        p.prepare(prepare_as("order-1", &first, &two, add("a", 1)))
+            .await
+            .unwrap(),
+        Vote::Yes
+    );
+    assert_eq!(p.read(|t| t.applied), 2);
+    assert!(p.prepared_list().is_empty());
+}
+
+#[tokio::test]
 async fn prepared_survives_a_restart_with_locks_and_commits_once() {
     let dir = tempfile::tempdir().unwrap();
     let p = open(config(&dir));
@@ -68,7 +158,7 @@ async fn prepared_survives_a_restart_with_locks_and_commits_once() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].keys, vec!["a".to_string()]);
     match p.prepare(prepare("t2", 1, add("a", 1))).await.unwrap() {
-        Vote::No { reason } => assert!(reason.contains("t1"), "{reason}"),
+        Vote::No { reason } => assert!(reason.contains(gtid("t1").as_str()), "{reason}"),
         Vote::Yes => panic!("a's lock must survive the restart"),
     }
     // A duplicate prepare after the restart gives the same yes.
@@ -125,15 +215,24 @@ async fn checkpoints_keep_the_log_bounded_and_state_survives() {
     cfg.engine.tombstones_max = 50;
     cfg.wal.segment_bytes_max = 4096;
     let p = open(cfg.clone());
+    // Positions rise in the order attempts begin, as a coordinator run numbers them: dropped
+    // tombstones leave a mark per run, and attempts at or below it vote no.
+    let one = from(C1, 1);
+    let attempt = |i: u64| (format!("t{i}"), gtid_of(C1, run(1), i + 1));
     for i in 0..400 {
-        let txid = format!("t{i}");
+        let (txid, g) = attempt(i);
         assert_eq!(
-            p.prepare(prepare(&txid, 1, add("a", 1))).await.unwrap(),
+            p.prepare(prepare_as(&txid, &g, &one, add("a", 1)))
+                .await
+                .unwrap(),
             Vote::Yes
         );
-        p.commit(decision(&txid, 1)).await.unwrap();
+        p.commit(decision_as(&txid, &g, &one)).await.unwrap();
     }
-    p.prepare(prepare("open", 1, add("b", 2))).await.unwrap();
+    let (open_txid, open_gtid) = attempt(400);
+    p.prepare(prepare_as(&open_txid, &open_gtid, &one, add("b", 2)))
+        .await
+        .unwrap();
     // Checkpoints complete in the background; poll until old segments are gone.
     let mut bytes = u64::MAX;
     for _ in 0..200 {
@@ -154,17 +253,35 @@ async fn checkpoints_keep_the_log_bounded_and_state_survives() {
     let p = open(cfg);
     assert_eq!(p.read(|t| (t.counts["a"], t.applied)), (400, 400));
     assert_eq!(p.prepared_list().len(), 1);
-    p.commit(decision("t399", 1)).await.unwrap(); // a tombstone carried across the restart
+    let (last, last_gtid) = attempt(399);
+    p.commit(decision_as(&last, &last_gtid, &one))
+        .await
+        .unwrap(); // a tombstone carried across the restart
     assert_eq!(p.read(|t| t.applied), 400);
-    // The oldest tombstones went with the count bound: a very late duplicate commit is refused
-    // (visible as stuck at the coordinator), never applied twice.
+    // The oldest tombstones went with the count bound, leaving a mark for their run. A very
+    // late duplicate commit below the mark is acked (only a commit can have ended an attempt
+    // whose decision is commit) and never applied twice; a very late duplicate prepare votes
+    // no, since a yes could be followed by a second commit.
+    let (first, first_gtid) = attempt(0);
+    p.commit(decision_as(&first, &first_gtid, &one))
+        .await
+        .unwrap();
     assert!(matches!(
-        p.commit(decision("t0", 1)).await,
+        p.prepare(prepare_as(&first, &first_gtid, &one, add("a", 1)))
+            .await
+            .unwrap(),
+        Vote::No { .. }
+    ));
+    // Above the mark nothing was forgotten: a commit for an attempt never prepared is refused.
+    let (never, never_gtid) = attempt(500);
+    assert!(matches!(
+        p.commit(decision_as(&never, &never_gtid, &one)).await,
         Err(RequestError::Rejected(
             participant::Rejection::NotPrepared { .. }
         ))
     ));
     assert_eq!(p.read(|t| t.applied), 400);
+    assert_eq!(p.prepared_list().len(), 1);
 }
 
 type StubState = (
@@ -173,7 +290,8 @@ type StubState = (
     &'static str,
 );
 
-/// A stub coordinator: answers decision queries from a script (the last answer repeats).
+/// A stub coordinator: answers decision queries from a script (the last answer repeats) and
+/// records each query as `{txid}?{query string}`.
 async fn stub_coordinator(script: Vec<&'static str>) -> (String, Arc<Mutex<Vec<String>>>) {
     stub_coordinator_named("c1", script).await
 }
@@ -183,7 +301,7 @@ async fn stub_coordinator_named(
     id: &'static str,
     script: Vec<&'static str>,
 ) -> (String, Arc<Mutex<Vec<String>>>) {
-    use axum::extract::{Path, State};
+    use axum::extract::{Path, RawQuery, State};
     let asked = Arc::new(Mutex::new(Vec::new()));
     let script = Arc::new(Mutex::new(script.into_iter().collect::<VecDeque<_>>()));
     let state = (asked.clone(), script, id);
@@ -191,15 +309,24 @@ async fn stub_coordinator_named(
         .route(
             protocol::routes::TRANSACTION_DECISION,
             axum::routing::get(
-                |State((asked, script, me)): State<StubState>, Path(id): Path<String>| async move {
-                    asked.lock().unwrap().push(id);
+                |State((asked, script, me)): State<StubState>,
+                 Path(id): Path<String>,
+                 RawQuery(query): RawQuery| async move {
+                    asked
+                        .lock()
+                        .unwrap()
+                        .push(format!("{id}?{}", query.unwrap_or_default()));
                     let mut script = script.lock().unwrap();
                     let answer = if script.len() > 1 {
                         script.pop_front().unwrap()
                     } else {
                         script[0]
                     };
-                    axum::Json(serde_json::json!({ "decision": answer, "coordinator_id": me }))
+                    axum::Json(serde_json::json!({
+                        "decision": answer,
+                        "coordinator_id": me,
+                        "reason": format!("the stub says {answer}"),
+                    }))
                 },
             ),
         )
@@ -241,10 +368,16 @@ async fn in_doubt_asks_the_coordinator_and_obeys_after_pending() {
     assert_eq!(p.read(|t| t.counts["a"]), 3);
     assert!(p.prepared_list().is_empty());
     let asked = asked.lock().unwrap().clone();
+    let g = gtid("t1");
+    let query = format!(
+        "t1?gtid={g}&incarnation={}&epoch=1&position={}",
+        run(1),
+        g.parts().unwrap().2
+    );
     assert_eq!(
         asked,
-        vec!["t1", "t1", "t1"],
-        "asked until a decision, nothing more"
+        vec![query.clone(), query.clone(), query],
+        "asked about the attempt until a decision, nothing more"
     );
     // The coordinator's own resend afterwards is a harmless duplicate.
     p.commit(decision("t1", 1)).await.unwrap();
@@ -274,6 +407,36 @@ async fn an_answer_from_another_coordinator_is_not_obeyed() {
     assert_eq!(p.prepared_list().len(), 1, "still in doubt, locks held");
     assert_eq!(p.read(|t| t.applied + t.released), 0);
     // The real coordinator's decision still lands.
+    p.commit(decision("t1", 1)).await.unwrap();
+    assert_eq!(p.read(|t| t.applied), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_answer_keeps_it_in_doubt_and_shows_why() {
+    let (url, asked) = stub_coordinator(vec!["unknown"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.coordinator_url = Some(url);
+    cfg.engine.in_doubt_after_ms = 10;
+    cfg.engine.decision_backoff_base_ms = 5;
+    cfg.engine.decision_backoff_max_ms = 5;
+    cfg.tick_ms = 2;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("several decision queries", || {
+        asked.lock().unwrap().len() >= 3
+    })
+    .await;
+    resolver.abort();
+    let listed = p.prepared_list();
+    assert_eq!(listed.len(), 1, "still in doubt, locks held");
+    let shown = listed[0].last_answer.clone().unwrap_or_default();
+    assert!(
+        shown.contains("unknown") && shown.contains("the stub says unknown"),
+        "{shown}"
+    );
+    assert_eq!(p.read(|t| t.applied + t.released), 0);
     p.commit(decision("t1", 1)).await.unwrap();
     assert_eq!(p.read(|t| t.applied), 1);
 }

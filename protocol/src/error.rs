@@ -43,6 +43,12 @@ pub enum ErrorCode {
     StaleEpoch,
     /// A commit for a transaction this participant never prepared.
     NotPrepared,
+    /// A message whose epoch another run (incarnation) of the same coordinator id already
+    /// claimed: the sender runs on a rolled-back copy of that coordinator's log.
+    IncarnationConflict,
+    /// The coordinator learned that its log is behind what participants have seen (it was
+    /// restored from a backup or rolled back): it takes no new work.
+    LogBehind,
     /// Recovery has not finished.
     NotReady,
     /// The log failed (write or fsync error); the process takes no more writes.
@@ -70,6 +76,8 @@ impl ErrorCode {
             ErrorCode::IdConflict => 409,
             ErrorCode::StaleEpoch => 409,
             ErrorCode::NotPrepared => 409,
+            ErrorCode::IncarnationConflict => 409,
+            ErrorCode::LogBehind => 503,
             ErrorCode::NotFound => 404,
             ErrorCode::UnknownRoute => 404,
             ErrorCode::MethodNotAllowed => 405,
@@ -100,6 +108,8 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::StaleEpoch => "stale_epoch",
             ErrorCode::NotPrepared => "not_prepared",
+            ErrorCode::IncarnationConflict => "incarnation_conflict",
+            ErrorCode::LogBehind => "log_behind",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
@@ -154,6 +164,8 @@ mod tests {
             ErrorCode::MethodNotAllowed,
             ErrorCode::StaleEpoch,
             ErrorCode::NotPrepared,
+            ErrorCode::IncarnationConflict,
+            ErrorCode::LogBehind,
             ErrorCode::NotReady,
             ErrorCode::LogFailed,
             ErrorCode::Internal,

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{NAME_LEN_MAX, TXID_LEN_MAX};
+use crate::limits::{GTID_LEN_MAX, NAME_LEN_MAX, TXID_LEN_MAX};
 
 /// Why a string is not a valid id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +22,8 @@ pub enum IdError {
         "{kind} contains {found:?}; only ASCII letters, digits and '-', '_', '.', ':' are allowed"
     )]
     BadCharacter { kind: &'static str, found: char },
+    #[error("incarnation {found:?} is not 16 lowercase hex digits")]
+    BadIncarnation { found: String },
 }
 
 fn check(kind: &'static str, value: &str, max: usize) -> Result<(), IdError> {
@@ -116,6 +118,87 @@ string_id!(
     NAME_LEN_MAX
 );
 
+string_id!(
+    /// A participant-facing transaction identity: unique per attempt and never reused, made by
+    /// the coordinator as `{coordinator_id}:{incarnation}:{position}` (see
+    /// [`GlobalTxId::compose`]). The client's `TxId` stays the idempotency key at the API;
+    /// participants key prepared state, tombstones and decision queries by this id, so a client
+    /// id reused after its outcome was forgotten is a new, independent transaction there.
+    /// Participants treat it as opaque.
+    GlobalTxId,
+    "global transaction id",
+    GTID_LEN_MAX
+);
+
+impl GlobalTxId {
+    /// The id of the attempt that `coordinator_id` began as the `position`th transaction of
+    /// its `incarnation`. No two starts share an incarnation, and positions only rise within
+    /// one, so no two attempts ever share an id.
+    pub fn compose(
+        coordinator_id: &CoordinatorId,
+        incarnation: Incarnation,
+        position: u64,
+    ) -> GlobalTxId {
+        // Every part is made of id characters and the lengths add up to at most GTID_LEN_MAX.
+        GlobalTxId(format!("{coordinator_id}:{incarnation}:{position}"))
+    }
+
+    /// The (coordinator id, incarnation, position) this id was composed from, if it was.
+    pub fn parts(&self) -> Option<(&str, Incarnation, u64)> {
+        let mut it = self.0.rsplitn(3, ':');
+        let position = it.next()?.parse().ok()?;
+        let incarnation = it.next()?.parse().ok()?;
+        let coordinator = it.next()?;
+        Some((coordinator, incarnation, position))
+    }
+}
+
+/// One run of a coordinator process: a random number drawn at every start and written in that
+/// start's forced epoch record. Epochs can repeat after a data directory is restored from a
+/// backup (the restored log bumps to the epoch the lost run already had); an incarnation
+/// cannot, so it tells the runs apart. On the wire: 16 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Incarnation(pub u64);
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for Incarnation {
+    type Err = IdError;
+    fn from_str(value: &str) -> Result<Self, IdError> {
+        let kind = "incarnation";
+        if value.len() != 16 {
+            return Err(IdError::BadIncarnation {
+                found: value.chars().take(24).collect(),
+            });
+        }
+        if let Some(found) = value.chars().find(|c| !matches!(c, '0'..='9' | 'a'..='f')) {
+            return Err(IdError::BadCharacter { kind, found });
+        }
+        u64::from_str_radix(value, 16)
+            .map(Incarnation)
+            .map_err(|_| IdError::BadIncarnation {
+                found: value.to_string(),
+            })
+    }
+}
+
+impl Serialize for Incarnation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Incarnation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A coordinator's incarnation number: it rises at every start, and participants reject
 /// messages that carry a lower epoch than the highest they have seen for that coordinator id.
 #[derive(
@@ -192,6 +275,41 @@ mod tests {
             err.to_string().contains("transaction id contains '/'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn global_ids_compose_parse_and_never_collide_across_incarnations() {
+        let c = CoordinatorId::new("c-1a2b").unwrap();
+        let g = GlobalTxId::compose(&c, Incarnation(0xab), 42);
+        assert_eq!(g.as_str(), "c-1a2b:00000000000000ab:42");
+        assert_eq!(g.parts(), Some(("c-1a2b", Incarnation(0xab), 42)));
+        assert_ne!(g, GlobalTxId::compose(&c, Incarnation(0xac), 42));
+        let longest = CoordinatorId::new("c".repeat(NAME_LEN_MAX)).unwrap();
+        let g = GlobalTxId::compose(&longest, Incarnation(u64::MAX), u64::MAX);
+        assert_eq!(
+            GlobalTxId::new(g.as_str()),
+            Ok(g.clone()),
+            "fits GTID_LEN_MAX"
+        );
+        assert_eq!(GlobalTxId::new("opaque").unwrap().parts(), None);
+    }
+
+    #[test]
+    fn incarnations_are_sixteen_hex_digits_on_the_wire() {
+        assert_eq!(
+            serde_json::to_string(&Incarnation(255)).unwrap(),
+            "\"00000000000000ff\""
+        );
+        let back: Incarnation = serde_json::from_str("\"00000000000000ff\"").unwrap();
+        assert_eq!(back, Incarnation(255));
+        for bad in [
+            "\"ff\"",
+            "\"00000000000000FF\"",
+            "\"0000000000000xff\"",
+            "255",
+        ] {
+            assert!(serde_json::from_str::<Incarnation>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -60,9 +60,18 @@ pub struct KvEntry {
 /// One in-doubt transaction in `GET /v1/prepared`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PreparedEntry {
+    /// The client's id, as the coordinator sent it.
     pub txid: crate::TxId,
+    /// The attempt's global id: what this participant keys the prepared state by.
+    pub gtid: crate::GlobalTxId,
     pub coordinator_id: crate::CoordinatorId,
     pub epoch: crate::Epoch,
+    pub incarnation: crate::Incarnation,
+    pub position: u64,
+    /// The coordinator's last answer to this participant's decision query (`pending`,
+    /// `unknown`, ...) with its reason, once it asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_answer: Option<String>,
     pub keys: Vec<String>,
     /// Unix milliseconds when it was prepared (0 when recovered from an older log).
     pub prepared_at_ms: u64,

@@ -5,6 +5,7 @@
 //! the route paths. It must never do I/O, hold state, or depend on either side's crates: both
 //! the coordinator and the participants depend on it, never on each other.
 
+pub mod digest;
 pub mod error;
 pub mod ids;
 pub mod kv;
@@ -14,10 +15,10 @@ pub mod routes;
 pub mod transaction;
 
 pub use error::{ErrorBody, ErrorCode};
-pub use ids::{CoordinatorId, Epoch, IdError, ParticipantName, TxId};
+pub use ids::{CoordinatorId, Epoch, GlobalTxId, IdError, Incarnation, ParticipantName, TxId};
 pub use messages::{
-    AckResponse, Decision, DecisionQueryResponse, DecisionRequest, DecisionStatus, PrepareRequest,
-    Vote, VoteKind,
+    AckResponse, Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, DecisionStatus,
+    PrepareRequest, Vote, VoteKind,
 };
 pub use transaction::{
     Outcome, ParticipantRequest, ParticipantResult, ParticipantStatus, RequestError,

@@ -19,6 +19,10 @@ pub const TXID_LEN_MAX: usize = 128;
 /// Longest participant or coordinator name, in bytes.
 pub const NAME_LEN_MAX: usize = 64;
 
+/// Longest global transaction id: a coordinator id, a 16-digit incarnation and a position of
+/// at most 20 digits, joined by two ':'. Fits PostgreSQL's 200-byte gid limit.
+pub const GTID_LEN_MAX: usize = NAME_LEN_MAX + 1 + 16 + 1 + 20;
+
 /// Longest `reason` a participant may give with a no vote; longer reasons are cut to this.
 pub const REASON_LEN_MAX: usize = 512;
 

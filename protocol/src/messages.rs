@@ -3,15 +3,24 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CoordinatorId, Epoch, TxId};
+use crate::ids::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 
 /// `POST {base}/2pc/prepare`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrepareRequest {
+    /// The client's id (its idempotency key at the coordinator). Shown, never used as a key:
+    /// a client may reuse it once its outcome is forgotten.
     pub txid: TxId,
+    /// This attempt's identity, unique and never reused: what the participant keys by.
+    pub gtid: GlobalTxId,
     pub coordinator_id: CoordinatorId,
     pub epoch: Epoch,
+    /// The run of the coordinator that sends this (and that began the attempt).
+    pub incarnation: Incarnation,
+    /// Where the attempt stands in that run's sequence of begun transactions; a decision query
+    /// names it so the coordinator can tell whether its log covers the attempt.
+    pub position: u64,
     /// Opaque to the coordinator; the participant validates it.
     pub payload: serde_json::Value,
 }
@@ -54,8 +63,13 @@ pub enum Decision {
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
     pub txid: TxId,
+    /// The attempt decided (as in its prepare).
+    pub gtid: GlobalTxId,
     pub coordinator_id: CoordinatorId,
+    /// The sender's epoch and incarnation (a recovered coordinator resends the decisions of
+    /// attempts an earlier run began).
     pub epoch: Epoch,
+    pub incarnation: Incarnation,
 }
 
 /// The answer to a commit or abort.
@@ -72,6 +86,11 @@ pub enum DecisionStatus {
     Abort,
     /// Still in phase one: ask again later.
     Pending,
+    /// The coordinator's log cannot prove either outcome: the attempt was begun by a run (an
+    /// incarnation) that this log does not hold, or past the point this log holds of it (a
+    /// restored backup, a log rolled back). Stay prepared and ask again; an operator resolves
+    /// it from the participants' evidence if it never changes.
+    Unknown,
 }
 
 impl From<Decision> for DecisionStatus {
@@ -83,10 +102,32 @@ impl From<Decision> for DecisionStatus {
     }
 }
 
+/// The query string of `GET {coordinator}/v1/transactions/{txid}/decision`: the attempt asked
+/// about and what it was prepared under (all from the prepare). A query without them can only
+/// be answered `unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionQuery {
+    pub gtid: GlobalTxId,
+    pub incarnation: Incarnation,
+    pub epoch: Epoch,
+    pub position: u64,
+}
+
 /// `GET {coordinator}/v1/transactions/{txid}/decision`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionQueryResponse {
     pub decision: DecisionStatus,
+    /// The answering coordinator's epoch: a participant ignores an answer from an epoch lower
+    /// than the highest it holds for that coordinator id (a stale process, or a restored copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<Epoch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<Incarnation>,
+    /// Why the answer is `unknown` (or a presumed abort), for the participant's logs and its
+    /// `/v1/prepared` listing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The answering coordinator's id. A participant obeys only an answer from the coordinator
     /// that prepared the transaction: another coordinator (one whose data directory was wiped,
     /// or a misconfigured URL) has no record of it and would presume abort, which may
@@ -115,13 +156,18 @@ mod tests {
     fn prepare_round_trips() {
         let msg = PrepareRequest {
             txid: TxId::new("order-42").unwrap(),
+            gtid: GlobalTxId::new("c-1a2b:000000000000000a:7").unwrap(),
             coordinator_id: CoordinatorId::new("c-1a2b").unwrap(),
             epoch: Epoch(3),
+            incarnation: Incarnation(10),
+            position: 7,
             payload: json!({"ops": [{"op": "put", "key": "k", "value": "v"}]}),
         };
         round_trip(
             &msg,
-            json!({"txid": "order-42", "coordinator_id": "c-1a2b", "epoch": 3,
+            json!({"txid": "order-42", "gtid": "c-1a2b:000000000000000a:7",
+                   "coordinator_id": "c-1a2b", "epoch": 3,
+                   "incarnation": "000000000000000a", "position": 7,
                    "payload": {"ops": [{"op": "put", "key": "k", "value": "v"}]}}),
         );
     }
@@ -144,27 +190,37 @@ mod tests {
     fn decision_messages_round_trip() {
         let msg = DecisionRequest {
             txid: TxId::new("t").unwrap(),
+            gtid: GlobalTxId::new("c:0000000000000001:1").unwrap(),
             coordinator_id: CoordinatorId::new("c").unwrap(),
             epoch: Epoch(1),
+            incarnation: Incarnation(1),
         };
         round_trip(
             &msg,
-            json!({"txid": "t", "coordinator_id": "c", "epoch": 1}),
+            json!({"txid": "t", "gtid": "c:0000000000000001:1", "coordinator_id": "c",
+                   "epoch": 1, "incarnation": "0000000000000001"}),
         );
         round_trip(&AckResponse { ack: true }, json!({"ack": true}));
         round_trip(
             &DecisionQueryResponse {
                 decision: DecisionStatus::Pending,
+                epoch: None,
+                incarnation: None,
+                reason: None,
                 coordinator_id: None,
             },
             json!({"decision": "pending"}),
         );
         round_trip(
             &DecisionQueryResponse {
-                decision: DecisionStatus::Commit,
+                decision: DecisionStatus::Unknown,
+                epoch: Some(Epoch(4)),
+                incarnation: Some(Incarnation(2)),
+                reason: Some("not in this log".into()),
                 coordinator_id: Some(CoordinatorId::new("c-9").unwrap()),
             },
-            json!({"decision": "commit", "coordinator_id": "c-9"}),
+            json!({"decision": "unknown", "coordinator_id": "c-9", "epoch": 4,
+                   "incarnation": "0000000000000002", "reason": "not in this log"}),
         );
         assert_eq!(
             DecisionStatus::from(Decision::Commit),
@@ -174,9 +230,11 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_bad_ids_are_rejected() {
-        let extra = json!({"txid": "t", "coordinator_id": "c", "epoch": 1, "url": "http://x"});
+        let extra = json!({"txid": "t", "gtid": "g", "coordinator_id": "c", "epoch": 1,
+                           "incarnation": "0000000000000001", "url": "http://x"});
         assert!(serde_json::from_value::<DecisionRequest>(extra).is_err());
-        let bad = json!({"txid": "a/b", "coordinator_id": "c", "epoch": 1});
+        let bad = json!({"txid": "a/b", "gtid": "g", "coordinator_id": "c", "epoch": 1,
+                         "incarnation": "0000000000000001"});
         assert!(serde_json::from_value::<DecisionRequest>(bad).is_err());
     }
 }

@@ -31,3 +31,16 @@ pub fn transaction_path(id: &crate::TxId) -> String {
 pub fn decision_path(id: &crate::TxId) -> String {
     format!("{TRANSACTIONS}/{id}/decision")
 }
+
+/// The path and query a participant in doubt about one attempt asks. Every part is made of id
+/// characters (letters, digits, `-_.:`), which need no escaping in a query string.
+pub fn decision_query_path(id: &crate::TxId, query: &crate::DecisionQuery) -> String {
+    format!(
+        "{}?gtid={}&incarnation={}&epoch={}&position={}",
+        decision_path(id),
+        query.gtid,
+        query.incarnation,
+        query.epoch,
+        query.position
+    )
+}

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
-use crate::ids::{ParticipantName, TxId};
+use crate::ids::{GlobalTxId, ParticipantName, TxId};
 use crate::limits::{PARTICIPANTS_MAX, PAYLOAD_BYTES_MAX, TIMEOUT_MS_MAX, TIMEOUT_MS_MIN};
 use crate::messages::VoteKind;
 
@@ -138,6 +138,8 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransactionResponse {
     pub id: TxId,
+    /// The attempt that produced this outcome, as participants know it.
+    pub gtid: GlobalTxId,
     pub outcome: Outcome,
     /// Why it aborted (`null` when committed).
     pub reason: Option<String>,
@@ -200,6 +202,8 @@ impl std::str::FromStr for TransactionState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransactionStatus {
     pub id: TxId,
+    /// The attempt's global id: what participants key it by and report in `/v1/prepared`.
+    pub gtid: GlobalTxId,
     pub state: TransactionState,
     /// Set once decided.
     pub outcome: Option<Outcome>,
@@ -311,6 +315,7 @@ mod tests {
     fn response_round_trips_in_contract_shape() {
         let response = TransactionResponse {
             id: TxId::new("order-42").unwrap(),
+            gtid: GlobalTxId::new("c-1:00000000000000aa:3").unwrap(),
             outcome: Outcome::Committed,
             reason: None,
             participants: vec![ParticipantResult {
@@ -322,7 +327,8 @@ mod tests {
         let value = serde_json::to_value(&response).unwrap();
         assert_eq!(
             value,
-            json!({"id": "order-42", "outcome": "committed", "reason": null,
+            json!({"id": "order-42", "gtid": "c-1:00000000000000aa:3",
+                   "outcome": "committed", "reason": null,
                    "participants": [{"name": "inventory", "vote": "yes", "acked": false}]})
         );
         assert_eq!(

@@ -23,9 +23,9 @@ use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use coordinator::http_client::Endpoint;
 use protocol::{
-    AckResponse, CoordinatorId, DecisionRequest, Epoch, Outcome, ParticipantName,
-    ParticipantResult, PrepareRequest, TransactionRequest, TransactionResponse, TxId, Vote,
-    VoteKind, routes,
+    AckResponse, CoordinatorId, DecisionRequest, Epoch, GlobalTxId, Incarnation, Outcome,
+    ParticipantName, ParticipantResult, PrepareRequest, TransactionRequest, TransactionResponse,
+    TxId, Vote, VoteKind, routes,
 };
 
 use chaos_tests::node::{Node, NodeSpec, free_port};
@@ -111,6 +111,8 @@ pub fn main(args: NodeArgs) -> ExitCode {
 struct Relay {
     leaves: BTreeMap<String, Endpoint>,
     coordinator_id: CoordinatorId,
+    /// Positions for the attempts' global ids, so the messages are as large as twopc's.
+    next_position: std::sync::atomic::AtomicU64,
 }
 
 async fn serve(args: NodeArgs) -> Result<()> {
@@ -131,6 +133,7 @@ async fn serve(args: NodeArgs) -> Result<()> {
         let relay = Relay {
             leaves,
             coordinator_id: CoordinatorId::new("c-floor")?,
+            next_position: std::sync::atomic::AtomicU64::new(1),
         };
         axum::Router::new()
             .route(routes::TRANSACTIONS, post(relay_transaction))
@@ -180,12 +183,20 @@ async fn relay_transaction(
         legs.push((participant.name, participant.payload));
     }
     let epoch = Epoch(1);
+    let incarnation = Incarnation(1);
+    let position = relay
+        .next_position
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let gtid = GlobalTxId::compose(&relay.coordinator_id, incarnation, position);
     let mut prepares = tokio::task::JoinSet::new();
     for (name, payload) in &legs {
         let request = PrepareRequest {
             txid: txid.clone(),
+            gtid: gtid.clone(),
             coordinator_id: relay.coordinator_id.clone(),
             epoch,
+            incarnation,
+            position,
             payload: payload.clone(),
         };
         prepares.spawn(exchange(
@@ -198,8 +209,10 @@ async fn relay_transaction(
     check_all(prepares.join_all().await)?;
     let decision = DecisionRequest {
         txid: txid.clone(),
+        gtid: gtid.clone(),
         coordinator_id: relay.coordinator_id.clone(),
         epoch,
+        incarnation,
     };
     let mut commits = tokio::task::JoinSet::new();
     for (name, _) in &legs {
@@ -223,6 +236,7 @@ async fn relay_transaction(
         .collect::<Result<_, _>>()?;
     Ok(Json(TransactionResponse {
         id: txid,
+        gtid,
         outcome: Outcome::Committed,
         reason: None,
         participants,

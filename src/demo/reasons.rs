@@ -30,11 +30,12 @@ pub fn abort_category(answer: &TransactionResponse) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::{Outcome, ParticipantName, ParticipantResult, TxId};
+    use protocol::{GlobalTxId, Outcome, ParticipantName, ParticipantResult, TxId};
 
     fn answer(votes: &[(&str, VoteKind)], reason: &str) -> TransactionResponse {
         TransactionResponse {
             id: TxId::new("o-1").unwrap(),
+            gtid: GlobalTxId::new("c-1:0000000000000001:1").unwrap(),
             outcome: Outcome::Aborted,
             reason: Some(reason.to_string()),
             participants: votes

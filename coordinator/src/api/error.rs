@@ -34,6 +34,17 @@ impl ApiError {
             "the coordinator's log failed (write or fsync error); it takes no more transactions until restarted",
         )
     }
+
+    pub fn log_behind(evidence: &str) -> ApiError {
+        ApiError::new(
+            ErrorCode::LogBehind,
+            format!(
+                "this coordinator's log is behind what participants have seen ({evidence}); it \
+                 takes no new transactions. Was its data directory restored from a backup? See \
+                 docs/operations.md, \"Restores and rolled-back logs\""
+            ),
+        )
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -97,6 +97,9 @@ async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiE
     if core.is_poisoned() {
         return Err(ApiError::log_failed());
     }
+    if let Some(evidence) = core.log_behind() {
+        return Err(ApiError::log_behind(&evidence));
+    }
     Ok(axum::Json(serde_json::json!({"status": "ready"})))
 }
 

@@ -7,35 +7,79 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use axum::routing::post;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use protocol::ParticipantName;
 use protocol::limits::{BODY_BYTES_MAX, PARTICIPANTS_MAX, PAYLOAD_BYTES_MAX, TIMEOUT_MS_MAX};
+use protocol::{GlobalTxId, Incarnation, ParticipantName};
 
 use super::{AppState, ROUTES, router};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::runtime::recover;
+use crate::runtime::{Core, recover};
 
-async fn ready_router() -> (Router, tempfile::TempDir) {
+/// A ready coordinator with `participants` (name, URL) and at most `retained_max` outcomes.
+async fn ready_app(
+    participants: &[(&str, &str)],
+    retained_max: usize,
+) -> (Router, Arc<Core>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let participants: BTreeMap<_, _> = ["inventory", "payments"]
-        .into_iter()
-        // Port 9 (discard) on loopback: nothing listens; no test here reaches phase one.
-        .map(|n| {
-            (
-                ParticipantName::new(n).unwrap(),
-                "http://127.0.0.1:9".to_string(),
-            )
-        })
+    let participants: BTreeMap<_, _> = participants
+        .iter()
+        .map(|(n, url)| (ParticipantName::new(*n).unwrap(), url.to_string()))
         .collect();
-    let config = Config::for_tests(dir.path().to_path_buf(), participants);
+    let mut config = Config::for_tests(dir.path().to_path_buf(), participants);
+    config.retained_max = retained_max;
     let metrics = Arc::new(Metrics::default());
     let state = AppState::new(Arc::clone(&metrics));
-    state.set_ready(recover(&config, metrics).await.unwrap());
-    (router(state), dir)
+    let core = recover(&config, metrics).await.unwrap();
+    state.set_ready(Arc::clone(&core));
+    (router(state), core, dir)
+}
+
+/// Port 9 (discard) on loopback: nothing listens, so every vote is an error and every
+/// transaction aborts (and phase two keeps retrying).
+const NOBODY: &str = "http://127.0.0.1:9";
+
+async fn ready_router() -> (Router, tempfile::TempDir) {
+    let (app, _core, dir) = ready_app(
+        &[("inventory", NOBODY), ("payments", NOBODY)],
+        crate::config::defaults::RETAINED_MAX,
+    )
+    .await;
+    (app, dir)
+}
+
+/// A participant that votes yes and acknowledges at once.
+async fn cooperative_participant() -> String {
+    let app = Router::new()
+        .route(
+            "/2pc/prepare",
+            post(|| async { axum::Json(json!({"vote": "yes"})) }),
+        )
+        .route(
+            "/2pc/commit",
+            post(|| async { axum::Json(json!({"ack": true})) }),
+        )
+        .route(
+            "/2pc/abort",
+            post(|| async { axum::Json(json!({"ack": true})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// The decision route for attempt `gtid` of `txid`, with the query its participants send.
+fn decision_uri(txid: &str, gtid: &str, epoch: u64) -> String {
+    let (_, incarnation, position) = GlobalTxId::new(gtid).unwrap().parts().unwrap();
+    format!(
+        "/v1/transactions/{txid}/decision?gtid={gtid}&incarnation={incarnation}&epoch={epoch}\
+         &position={position}"
+    )
 }
 
 async fn call(
@@ -341,6 +385,58 @@ async fn every_bad_input_gets_its_status_and_code() {
             422,
             "invalid_id",
         ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?gtid=c-1:00000000000000aa:1",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?gtid=c:00000000000000aa:1&incarnation=aa&epoch=1\
+             &position=1",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?gtid=c:00000000000000aa:1\
+             &incarnation=00000000000000aa&epoch=one&position=1",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?gtid=c:00000000000000aa:1\
+             &incarnation=00000000000000aa&epoch=1&position=-1",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?gtid=a%2Fb&incarnation=00000000000000aa&epoch=1\
+             &position=1",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/transactions/t/decision?txid=t",
+            None,
+            Vec::new(),
+            400,
+            "invalid_query",
+        ),
         ("DELETE", tx, None, Vec::new(), 405, "method_not_allowed"),
         (
             "PUT",
@@ -400,8 +496,13 @@ async fn reads_on_a_ready_coordinator() {
         vec![],
     )
     .await;
+    // A query that names no attempt: nothing can be proven about it.
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["decision"], "abort");
+    assert_eq!(body["decision"], "unknown", "{body}");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
     assert!(
         body["coordinator_id"]
             .as_str()
@@ -526,28 +627,34 @@ async fn a_failed_log_answers_log_failed_and_never_an_outcome() {
         (503, Some("log_failed")),
         "{got}"
     );
+    let (status, got) = call(&app, "GET", "/v1/transactions/t-poison", None, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let gtid = got["gtid"].as_str().unwrap().to_string();
     let (status, got) = call(
         &app,
         "GET",
-        "/v1/transactions/t-poison/decision",
+        &decision_uri("t-poison", &gtid, 1),
         None,
         vec![],
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(got["decision"], "pending");
-    // No record and a log that cannot make a presumed abort durable: 503, not "abort".
+    assert_eq!(got["decision"], "pending", "{got}");
+    // An attempt this run never began (position 2): unknown, never a guessed abort.
+    let (_, incarnation, _) = GlobalTxId::new(gtid.as_str()).unwrap().parts().unwrap();
+    let coordinator = gtid.split(':').next().unwrap();
+    let never = format!("{coordinator}:{incarnation}:2");
     let (status, got) = call(
         &app,
         "GET",
-        "/v1/transactions/t-never-seen/decision",
+        &decision_uri("t-never-seen", &never, 1),
         None,
         vec![],
     )
     .await;
     assert_eq!(
-        (status.as_u16(), got["error"].as_str()),
-        (503, Some("log_failed")),
+        (status, got["decision"].as_str()),
+        (StatusCode::OK, Some("unknown")),
         "{got}"
     );
     let (_, got) = call(&app, "GET", "/metrics", None, vec![]).await;
@@ -558,46 +665,227 @@ async fn a_failed_log_answers_log_failed_and_never_an_outcome() {
     );
 }
 
+fn post_body(id: &str, participants: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({"id": id, "participants": participants})).unwrap()
+}
+
 #[tokio::test]
-async fn an_id_presumed_aborted_stays_aborted_for_a_client_retry() {
-    let (app, _dir) = ready_router().await;
-    let (status, got) = call(&app, "GET", "/v1/transactions/o-4/decision", None, vec![]).await;
+async fn a_reused_id_is_a_new_attempt_and_its_first_attempt_hears_abort() {
+    // The issue's report, end to end: `--retained-max 1`; o-4 commits, o-5 commits (o-4 is
+    // forgotten), o-4 comes again with another body. It must be prepared and decided as a new
+    // attempt under a new gtid, and the first attempt's participants must hear abort (its
+    // run is in the log, its position within it), never the second attempt's commit.
+    let url = cooperative_participant().await;
+    let (app, core, _dir) = ready_app(&[("inventory", &url), ("payments", &url)], 1).await;
+    let epoch = core.identity().epoch.0;
+    let acked = "/v1/transactions?wait=acked";
+    let (status, first) = call(&app, "POST", acked, JSON, post_body("o-4", two())).await;
+    assert_eq!(
+        (status, first["outcome"].as_str()),
+        (StatusCode::OK, Some("committed")),
+        "{first}"
+    );
+    let first_gtid = first["gtid"].as_str().unwrap().to_string();
+    let (status, got) = call(&app, "POST", acked, JSON, post_body("o-5", two())).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let (status, _) = call(&app, "GET", "/v1/transactions/o-4", None, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "o-4 is forgotten");
+
+    let other = json!([{"name": "inventory", "payload": {"ops": [{"op": "put"}]}}]);
+    let (status, second) = call(&app, "POST", acked, JSON, post_body("o-4", other)).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(second["outcome"], "committed", "{second}");
+    assert_eq!(
+        second["participants"].as_array().map(Vec::len),
+        Some(1),
+        "the new body's participants were prepared: {second}"
+    );
+    let second_gtid = second["gtid"].as_str().unwrap().to_string();
+    assert_ne!(second_gtid, first_gtid);
+
+    let (status, got) = call(
+        &app,
+        "GET",
+        &decision_uri("o-4", &first_gtid, epoch),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(
         (status, got["decision"].as_str()),
-        (StatusCode::OK, Some("abort"))
-    );
-    // The client retries o-4 (whatever its body): the recorded abort, not a new attempt. (An
-    // attempt would prepare and list both participants; nothing listens on port 9, so it
-    // would abort too, but with another reason and with votes.)
-    for participants in [
-        two(),
-        json!([{"name": "inventory", "payload": {"ops": []}}]),
-    ] {
-        let body = serde_json::to_vec(&json!({"id": "o-4", "participants": participants})).unwrap();
-        let (status, got) = call(&app, "POST", "/v1/transactions", JSON, body).await;
-        assert_eq!(status, StatusCode::OK, "{got}");
-        assert_eq!(got["outcome"], "aborted", "{got}");
-        assert!(
-            got["reason"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("presumed abort")),
-            "{got}"
-        );
-        assert_eq!(got["participants"], json!([]), "{got}");
-    }
-    let (status, got) = call(&app, "GET", "/v1/transactions/o-4", None, vec![]).await;
-    assert_eq!(
-        (status, got["state"].as_str()),
-        (StatusCode::OK, Some("aborted")),
+        (StatusCode::OK, Some("abort")),
         "{got}"
     );
-    // Asking again: the same answer from the record, and no second record.
-    let (_, got) = call(&app, "GET", "/v1/transactions/o-4/decision", None, vec![]).await;
-    assert_eq!(got["decision"], "abort");
+    let (_, got) = call(
+        &app,
+        "GET",
+        &decision_uri("o-4", &second_gtid, epoch),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(got["decision"], "commit", "{got}");
     let (_, got) = call(&app, "GET", "/metrics", None, vec![]).await;
     let text = got.as_str().unwrap();
     assert!(
         text.contains("twopc_coordinator_presumed_aborts_total 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_decision_route_answers_an_attempt_with_this_runs_identity() {
+    let (app, core, _dir) = ready_app(&[("inventory", NOBODY)], 10).await;
+    let identity = core.identity().clone();
+    let body = post_body("t-1", json!([{"name": "inventory", "payload": {}}]));
+    let (status, posted) = call(&app, "POST", "/v1/transactions", JSON, body).await;
+    assert_eq!(status, StatusCode::OK, "{posted}");
+    let gtid = format!("{}:{}:1", identity.coordinator_id, identity.incarnation);
+    assert_eq!(posted["gtid"], gtid.as_str(), "{posted}");
+    // The status shows the attempt too.
+    let (status, got) = call(&app, "GET", "/v1/transactions/t-1", None, vec![]).await;
+    assert_eq!(
+        (status, got["gtid"].as_str()),
+        (StatusCode::OK, Some(gtid.as_str())),
+        "{got}"
+    );
+
+    let (status, got) = call(
+        &app,
+        "GET",
+        &decision_uri("t-1", &gtid, identity.epoch.0),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        got,
+        json!({
+            "decision": "abort",
+            "coordinator_id": identity.coordinator_id.as_str(),
+            "epoch": identity.epoch.0,
+            "incarnation": identity.incarnation.to_string(),
+        })
+    );
+    // The next position was never given out: unknown, with why.
+    let next = format!("{}:{}:2", identity.coordinator_id, identity.incarnation);
+    let (status, got) = call(
+        &app,
+        "GET",
+        &decision_uri("t-2", &next, identity.epoch.0),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (status, got["decision"].as_str()),
+        (StatusCode::OK, Some("unknown")),
+        "{got}"
+    );
+    assert!(
+        got["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(next.as_str())),
+        "{got}"
+    );
+    assert_eq!(got["incarnation"], identity.incarnation.to_string());
+    // Neither answer proves the log behind.
+    let (status, _) = call(&app, "GET", "/readyz", None, vec![]).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_partial_or_malformed_decision_query_is_refused_naming_the_parameters() {
+    let (app, _dir) = ready_router().await;
+    let gtid = "c-1:00000000000000aa:3";
+    let partial = [
+        format!("gtid={gtid}"),
+        format!("gtid={gtid}&incarnation=00000000000000aa&epoch=1"),
+        "position=3&epoch=1".to_string(),
+    ];
+    for query in partial {
+        let uri = format!("/v1/transactions/t/decision?{query}");
+        let (status, got) = call(&app, "GET", &uri, None, vec![]).await;
+        assert_eq!(
+            (status, got["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_query")),
+            "{uri}: {got}"
+        );
+        let message = got["message"].as_str().unwrap_or_default();
+        for name in ["gtid", "incarnation", "epoch", "position"] {
+            assert!(message.contains(name), "{uri}: {name} not in {message}");
+        }
+    }
+    // A malformed incarnation is named with what was wrong with it.
+    for bad in ["AA00000000000000", "aa", "00000000000000zz"] {
+        let uri =
+            format!("/v1/transactions/t/decision?gtid={gtid}&incarnation={bad}&epoch=1&position=3");
+        let (status, got) = call(&app, "GET", &uri, None, vec![]).await;
+        assert_eq!(
+            (status, got["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_query")),
+            "{uri}: {got}"
+        );
+        let message = got["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("incarnation") && message.contains(bad),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_query_naming_a_run_this_log_does_not_hold_stops_new_work() {
+    let (app, core, _dir) = ready_app(&[("inventory", NOBODY)], 10).await;
+    let identity = core.identity().clone();
+    let lost = Incarnation(identity.incarnation.0 ^ 0xff);
+    let gtid = format!("{}:{lost}:12", identity.coordinator_id);
+    let (status, got) = call(
+        &app,
+        "GET",
+        &decision_uri("t-restored", &gtid, identity.epoch.0),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (status, got["decision"].as_str()),
+        (StatusCode::OK, Some("unknown")),
+        "{got}"
+    );
+    let body = post_body("t-new", json!([{"name": "inventory", "payload": {}}]));
+    let (status, got) = call(&app, "POST", "/v1/transactions", JSON, body).await;
+    assert_eq!(
+        (status, got["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("log_behind")),
+        "{got}"
+    );
+    let message = got["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(gtid.as_str()) && message.contains(&lost.to_string()),
+        "the message names the evidence: {message}"
+    );
+    let (status, got) = call(&app, "GET", "/readyz", None, vec![]).await;
+    assert_eq!(
+        (status, got["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("log_behind")),
+        "{got}"
+    );
+    assert!(
+        got["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(gtid.as_str())),
+        "{got}"
+    );
+    // Reads still work: what the log holds is still true.
+    let (status, _) = call(&app, "GET", "/v1/transactions", None, vec![]).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, got) = call(&app, "GET", "/metrics", None, vec![]).await;
+    let text = got.as_str().unwrap();
+    assert!(text.contains("twopc_coordinator_log_behind 1"), "{text}");
+    assert!(
+        text.contains("twopc_coordinator_unknown_answers_total 1"),
         "{text}"
     );
 }

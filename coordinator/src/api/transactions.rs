@@ -9,14 +9,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 
 use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
 use protocol::{
-    DecisionQueryResponse, ErrorCode, TransactionList, TransactionRequest, TransactionResponse,
-    TransactionState, TransactionStatus, TxId,
+    DecisionQuery, DecisionQueryResponse, Epoch, ErrorCode, GlobalTxId, Incarnation,
+    TransactionList, TransactionRequest, TransactionResponse, TransactionState, TransactionStatus,
+    TxId,
 };
 
 use crate::api::{ApiError, AppState};
 use crate::digest::Digest;
 use crate::engine::{Reply, WaitFor};
-use crate::runtime::{NewTransaction, QueryError};
+use crate::runtime::NewTransaction;
 
 /// Listing size when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: usize = 100;
@@ -52,6 +53,11 @@ pub async fn create(
     let core = state.core()?;
     if core.is_poisoned() {
         return Err(ApiError::log_failed());
+    }
+    if let Some(evidence) = core.log_behind() {
+        // Even a retry of a known id: its recorded outcome may be one the lost part of the
+        // log superseded.
+        return Err(ApiError::log_behind(&evidence));
     }
     let mut wait = WaitFor::Decision;
     for (key, value) in query_pairs(query)? {
@@ -205,29 +211,77 @@ pub async fn list(
     }))
 }
 
-/// `GET /v1/transactions/{id}/decision`: for an id with no record, a presumed abort, made
-/// durable before it is answered.
+/// `GET /v1/transactions/{id}/decision?gtid=..&incarnation=..&epoch=..&position=..`: what a
+/// participant in doubt about one attempt of `id` is told. Answered from the table without
+/// writing anything; `unknown` where the log cannot prove the outcome.
 pub async fn decision(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
+    query: QueryPairs,
 ) -> Result<Json<DecisionQueryResponse>, ApiError> {
     let core = state.core()?;
     let txid = txid(path)?;
-    let decision = core.decision_query(&txid).await.map_err(|e| match e {
-        QueryError::LogFailed(error) => ApiError::new(
-            ErrorCode::LogFailed,
-            format!(
-                "no decision is recorded for {txid} and a presumed abort cannot be logged \
-                 ({error}); ask again after the coordinator restarts"
-            ),
-        ),
-        QueryError::ShuttingDown => ApiError::new(
-            ErrorCode::NotReady,
-            "the coordinator is shutting down; ask again",
-        ),
-    })?;
-    Ok(Json(DecisionQueryResponse {
-        decision,
-        coordinator_id: Some(core.identity().coordinator_id.clone()),
-    }))
+    let query = decision_query(query_pairs(query)?)?;
+    Ok(Json(core.decision_query(&txid, query.as_ref())))
+}
+
+/// The attempt a decision query names: all four parameters, or none (a legacy query, answered
+/// `unknown`).
+fn decision_query(pairs: Vec<(String, String)>) -> Result<Option<DecisionQuery>, ApiError> {
+    let bad = |key: &str, value: &str, why: String| {
+        ApiError::new(ErrorCode::InvalidQuery, format!("{key}={value:?}: {why}"))
+    };
+    let (mut gtid, mut incarnation, mut epoch, mut position) = (None, None, None, None);
+    for (key, value) in pairs {
+        match key.as_str() {
+            "gtid" => {
+                gtid = Some(
+                    GlobalTxId::new(value.as_str())
+                        .map_err(|e| bad(&key, &value, e.to_string()))?,
+                )
+            }
+            "incarnation" => {
+                incarnation = Some(
+                    value
+                        .parse::<Incarnation>()
+                        .map_err(|e| bad(&key, &value, e.to_string()))?,
+                )
+            }
+            "epoch" => {
+                epoch = Some(Epoch(value.parse::<u64>().map_err(|_| {
+                    bad(&key, &value, "expected a whole number".to_string())
+                })?))
+            }
+            "position" => {
+                position = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| bad(&key, &value, "expected a whole number".to_string()))?,
+                )
+            }
+            other => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidQuery,
+                    format!(
+                        "unknown query parameter {other:?}; expected gtid, incarnation, epoch \
+                         and position"
+                    ),
+                ));
+            }
+        }
+    }
+    match (gtid, incarnation, epoch, position) {
+        (Some(gtid), Some(incarnation), Some(epoch), Some(position)) => Ok(Some(DecisionQuery {
+            gtid,
+            incarnation,
+            epoch,
+            position,
+        })),
+        (None, None, None, None) => Ok(None),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            "a decision query names the attempt with all of gtid, incarnation, epoch and \
+             position (from the prepare), or none of them",
+        )),
+    }
 }

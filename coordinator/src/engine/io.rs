@@ -1,10 +1,10 @@
 //! The engine's inputs (events) and outputs (commands). Time and randomness arrive as event
 //! data, so the same events always give the same commands.
 
-use protocol::{Decision, ParticipantName, TransactionResponse, TxId, VoteKind};
+use protocol::{Decision, GlobalTxId, ParticipantName, TransactionResponse, TxId, VoteKind};
 
 use crate::digest::Digest;
-use crate::records::{DecisionRecord, LogRecord};
+use crate::records::{Attempt, DecisionRecord, EpochRecord, LogRecord};
 
 /// Names a client request waiting for an answer; the runtime maps it to a channel.
 pub type WaiterId = u64;
@@ -64,18 +64,9 @@ pub enum Event {
         txid: TxId,
         participant: ParticipantName,
     },
-    /// Recovery replayed the log and the new epoch is durable: finish what the last run left.
-    RecoveryDone { now_ms: u64 },
-    /// A participant in doubt asked for the decision on an id with no record (or one whose
-    /// presumed abort is being logged): the engine logs a presumed abort (forced) and answers
-    /// `waiter` with the aborted outcome once it is durable. Step this only for what
-    /// `Engine::decision_lookup` reports as `Unknown` or `PresumingAbort`; known ids are
-    /// answered from the lookup at once.
-    UnknownIdQueried {
-        waiter: WaiterId,
-        txid: TxId,
-        now_ms: u64,
-    },
+    /// Recovery replayed the log and this run's epoch record (`identity`, with its fresh
+    /// incarnation) is durable: this run begins, and finishes what the last runs left.
+    RecoveryDone { now_ms: u64, identity: EpochRecord },
     /// Forget ended outcomes older than the retention window.
     ExpireRetained { now_ms: u64, retention_ms: u64 },
 }
@@ -83,14 +74,16 @@ pub enum Event {
 /// What the engine asks the runtime to do, in this order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Append without waiting for fsync (Begin, Ack, End): losing it is harmless.
+    /// Append without waiting for fsync (Begin, Ack, End): losing it is harmless (a lost
+    /// Begin leaves its attempt outside the log's span of its run, so participants that ask
+    /// about it hear `unknown`, never a guess).
     AppendLazy(LogRecord),
     /// Append and fsync the decision; answer with `DecisionDurable` or `DecisionFailed`.
-    /// Nothing that depends on the decision happens before that answer. A presumed abort
-    /// (`presumed`) is one too: the participant that asked hears it only after.
+    /// Nothing that depends on the decision happens before that answer.
     AppendDecision(DecisionRecord),
     SendPrepare {
         txid: TxId,
+        attempt: Attempt,
         participant: ParticipantName,
         payload: serde_json::Value,
         timeout_ms: u64,
@@ -99,6 +92,7 @@ pub enum Command {
     ArmPrepareDeadline { txid: TxId, after_ms: u64 },
     SendDecision {
         txid: TxId,
+        gtid: GlobalTxId,
         participant: ParticipantName,
         decision: Decision,
         attempt: u32,

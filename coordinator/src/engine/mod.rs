@@ -18,19 +18,26 @@ pub mod view;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_attempts;
 
 use std::collections::BTreeMap;
 
-use protocol::{Decision, ParticipantName, TxId, VoteKind};
+use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
 
 pub use backoff::retry_delay_ms;
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use replay::Replayed;
-pub use tx::{Decided, Delivery, PRESUMED_ABORT_REASON, Phase};
-pub use view::DecisionLookup;
+pub use tx::{Decided, Delivery, Phase};
+pub use view::DecisionAnswer;
 
-use crate::records::{AckRecord, BeginRecord, EndRecord, LogRecord, Retained};
+use crate::records::{
+    AckRecord, Attempt, BeginRecord, BehindRecord, EndRecord, EpochRecord, LogRecord, Retained,
+    RunSpan,
+};
 use retained::RetainedSet;
 use rules::{decide, send_decisions, start_delivery};
 use tx::{Part, Tx, response, retained_response};
@@ -47,21 +54,95 @@ pub struct EngineConfig {
 }
 
 /// Every transaction the coordinator knows: live ones, and ended ones kept for the retention
-/// window.
+/// window; and every run (incarnation) its log holds, with how far it holds each.
 #[derive(Debug, Clone)]
 pub struct Engine {
     config: EngineConfig,
     live: BTreeMap<TxId, Tx>,
     retained: RetainedSet,
+    /// This run's identity: `None` between replay and `RecoveryDone`, when nothing is begun.
+    identity: Option<EpochRecord>,
+    /// The position the next attempt of this run gets (1, 2, ...).
+    next_position: u64,
+    runs: BTreeMap<Incarnation, RunSpan>,
+    /// Proof that this log is behind what participants saw, once learned (durable).
+    behind: Option<BehindRecord>,
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig) -> Engine {
+    /// An engine for a new, empty log whose run is `identity`.
+    pub fn new(config: EngineConfig, identity: EpochRecord) -> Engine {
+        let mut engine = Engine::empty(config);
+        engine.begin_run(identity);
+        engine
+    }
+
+    fn empty(config: EngineConfig) -> Engine {
         Engine {
             config,
             live: BTreeMap::new(),
             retained: RetainedSet::new(config.retained_max),
+            identity: None,
+            next_position: 1,
+            runs: BTreeMap::new(),
+            behind: None,
         }
+    }
+
+    /// Why this log takes no new work, if participants proved it is behind.
+    pub fn behind(&self) -> Option<&BehindRecord> {
+        self.behind.as_ref()
+    }
+
+    /// Records proof that this log is behind; the record to log (forced) the first time, so
+    /// that a restart (with a higher epoch participants would accept) still refuses new work.
+    pub fn note_behind(&mut self, evidence: String, now_ms: u64) -> Option<LogRecord> {
+        if self.behind.is_some() {
+            return None;
+        }
+        let record = BehindRecord {
+            evidence,
+            at_ms: now_ms,
+        };
+        self.behind = Some(record.clone());
+        Some(LogRecord::Behind(record))
+    }
+
+    /// This run starts: later attempts are numbered from 1 under its incarnation.
+    fn begin_run(&mut self, identity: EpochRecord) {
+        assert!(
+            !self.runs.contains_key(&identity.incarnation),
+            "incarnation {} is already in this log: incarnations must never repeat",
+            identity.incarnation
+        );
+        self.note_run(&identity);
+        self.identity = Some(identity);
+        self.next_position = 1;
+    }
+
+    /// A run's epoch record: the log holds that run from here on.
+    fn note_run(&mut self, identity: &EpochRecord) {
+        self.runs.entry(identity.incarnation).or_insert(RunSpan {
+            incarnation: identity.incarnation,
+            epoch: identity.epoch,
+            reach: 0,
+        });
+    }
+
+    /// The log holds `attempt`, so (positions being given in log order) every earlier attempt
+    /// of its run too.
+    fn note_attempt(&mut self, attempt: &Attempt) {
+        let span = self.runs.entry(attempt.incarnation).or_insert(RunSpan {
+            incarnation: attempt.incarnation,
+            epoch: protocol::Epoch(0),
+            reach: 0,
+        });
+        span.reach = span.reach.max(attempt.position);
+    }
+
+    /// This run's identity, once recovery began it.
+    pub fn identity(&self) -> Option<&EpochRecord> {
+        self.identity.as_ref()
     }
 
     /// Applies one event; returns what to do, in order.
@@ -98,12 +179,10 @@ impl Engine {
                 jitter,
             } => self.delivery_failed(&txid, &participant, error, jitter),
             Event::RetryDue { txid, participant } => self.retry_due(&txid, &participant),
-            Event::RecoveryDone { now_ms } => self.recovery_done(now_ms),
-            Event::UnknownIdQueried {
-                waiter,
-                txid,
-                now_ms,
-            } => self.unknown_id_queried(waiter, txid, now_ms),
+            Event::RecoveryDone { now_ms, identity } => {
+                self.begin_run(identity);
+                self.recovery_done(now_ms)
+            }
             Event::ExpireRetained {
                 now_ms,
                 retention_ms,
@@ -126,8 +205,7 @@ impl Engine {
         now_ms: u64,
     ) -> Vec<Command> {
         if let Some(retained) = self.retained.get(&txid) {
-            // A presumed abort answers any body: the one it stands for was lost.
-            let reply = if retained.decision.presumed || retained.decision.digest == digest {
+            let reply = if retained.decision.digest == digest {
                 Reply::Outcome(retained_response(&retained.decision))
             } else {
                 Reply::Conflict { txid }
@@ -135,7 +213,7 @@ impl Engine {
             return vec![Command::Reply { waiter, reply }];
         }
         if let Some(tx) = self.live.get_mut(&txid) {
-            if !tx.accepts(digest) {
+            if tx.digest != digest {
                 return vec![Command::Reply {
                     waiter,
                     reply: Reply::Conflict { txid },
@@ -160,8 +238,26 @@ impl Engine {
                 }
             };
         }
+        let Some(identity) = &self.identity else {
+            // The runtime takes no transaction before recovery began this run.
+            debug_assert!(false, "a transaction submitted before RecoveryDone");
+            return vec![Command::Reply {
+                waiter,
+                reply: Reply::LogFailed {
+                    error: "the coordinator has not finished recovery".to_string(),
+                },
+            }];
+        };
+        let attempt = Attempt::new(
+            &identity.coordinator_id,
+            identity.incarnation,
+            self.next_position,
+        );
+        self.next_position += 1;
+        self.note_attempt(&attempt);
         let mut commands = vec![Command::AppendLazy(LogRecord::Begin(BeginRecord {
             txid: txid.clone(),
+            attempt: attempt.clone(),
             digest,
             participants: participants.iter().map(|(name, _)| name.clone()).collect(),
             created_at_ms: now_ms,
@@ -169,6 +265,7 @@ impl Engine {
         for (name, payload) in &participants {
             commands.push(Command::SendPrepare {
                 txid: txid.clone(),
+                attempt: attempt.clone(),
                 participant: name.clone(),
                 payload: payload.clone(),
                 timeout_ms,
@@ -180,6 +277,7 @@ impl Engine {
         });
         let tx = Tx {
             id: txid.clone(),
+            attempt,
             digest,
             created_at_ms: now_ms,
             parts: participants
@@ -188,7 +286,6 @@ impl Engine {
                 .collect(),
             phase: Phase::Preparing,
             waiters: vec![(waiter, wait)],
-            presumed: false,
         };
         self.live.insert(txid, tx);
         commands
@@ -264,47 +361,10 @@ impl Engine {
         });
         commands.extend(send_decisions(tx, decided.decision));
         if tx.all_acked() {
-            // Nobody to tell (a presumed abort has no participants): it ends now.
+            // Nobody left to tell: it ends now.
             commands.extend(self.end(txid, &decided, decided.decided_at_ms));
         }
         commands
-    }
-
-    /// A participant asked for the decision on an id that `decision_lookup` reported as
-    /// `Unknown` or `PresumingAbort`. Presumed abort is safe to say only once it cannot be
-    /// undone: an unknown id gets a forced abort record first (a client retrying the id later
-    /// must find it aborted, not start it afresh while the participant acts on "abort"), and
-    /// `waiter` hears `abort` after `DecisionDurable`. A query while that record is in flight
-    /// joins it (one record, however many ask). Any other id is answered from what is known:
-    /// at once if decided, or once its decision is durable.
-    fn unknown_id_queried(&mut self, waiter: WaiterId, txid: TxId, now_ms: u64) -> Vec<Command> {
-        if let Some(retained) = self.retained.get(&txid) {
-            return vec![Command::Reply {
-                waiter,
-                reply: Reply::Outcome(retained_response(&retained.decision)),
-            }];
-        }
-        if let Some(tx) = self.live.get_mut(&txid) {
-            return match &tx.phase {
-                Phase::Decided(decided) => vec![Command::Reply {
-                    waiter,
-                    reply: Reply::Outcome(response(tx, decided)),
-                }],
-                Phase::LogFailed { error } => vec![Command::Reply {
-                    waiter,
-                    reply: Reply::LogFailed {
-                        error: error.clone(),
-                    },
-                }],
-                Phase::Preparing | Phase::Deciding(_) => {
-                    tx.waiters.push((waiter, WaitFor::Decision));
-                    Vec::new()
-                }
-            };
-        }
-        let (tx, record) = Tx::presumed_abort(txid.clone(), waiter, now_ms);
-        self.live.insert(txid, tx);
-        vec![Command::AppendDecision(record)]
     }
 
     fn decision_failed(&mut self, txid: &TxId, error: String) -> Vec<Command> {
@@ -423,6 +483,7 @@ impl Engine {
             Phase::Decided(decided) => decided.decision,
             Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => return Vec::new(),
         };
+        let gtid = tx.attempt.gtid.clone();
         let Some(part) = tx.part_mut(participant) else {
             return Vec::new();
         };
@@ -430,7 +491,7 @@ impl Engine {
             Delivery::RetryArmed if !part.acked => {}
             Delivery::RetryArmed | Delivery::Idle | Delivery::InFlight => return Vec::new(),
         }
-        vec![start_delivery(txid, part, decision)]
+        vec![start_delivery(txid, &gtid, part, decision)]
     }
 
     /// After replay: abort what was begun and never decided, resend what was decided and not

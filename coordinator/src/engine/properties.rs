@@ -1,14 +1,29 @@
 //! Property tests: random orders of events (votes, duplicates, late votes, deadlines, durable
 //! notices, acks, failures, timers, client retries) for one transaction, checking the safety
-//! rules on every command the engine emits, whatever the order.
+//! rules on every command the engine emits, whatever the order; and random histories of many
+//! transactions across checkpoints and crashes (some losing the lazy tail of the log), checking
+//! that no attempt id is ever given out twice and that no participant hears an outcome its own
+//! attempt did not have.
 
 use proptest::prelude::*;
 use serde_json::json;
 
-use protocol::{Decision, ParticipantName, TxId, VoteKind};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use protocol::{
+    CoordinatorId, Decision, DecisionQuery, DecisionStatus, Epoch, GlobalTxId, Incarnation,
+    ParticipantName, TxId, VoteKind,
+};
 
 use super::*;
 use crate::digest::Digest;
+use crate::records::{Attempt, EpochRecord, Snapshot};
+
+const CONFIG: EngineConfig = EngineConfig {
+    retry_base_ms: 10,
+    retry_max_ms: 100,
+    retained_max: 10,
+};
 
 const PARTS: [&str; 3] = ["a", "b", "c"];
 
@@ -20,6 +35,27 @@ fn txid() -> TxId {
     TxId::new("t").unwrap()
 }
 
+fn coordinator() -> CoordinatorId {
+    CoordinatorId::new("c-1").unwrap()
+}
+
+fn identity(incarnation: Incarnation, epoch: u64) -> EpochRecord {
+    EpochRecord {
+        coordinator_id: coordinator(),
+        epoch: Epoch(epoch),
+        incarnation,
+    }
+}
+
+fn query(attempt: &Attempt, epoch: u64) -> DecisionQuery {
+    DecisionQuery {
+        gtid: attempt.gtid.clone(),
+        incarnation: attempt.incarnation,
+        epoch: Epoch(epoch),
+        position: attempt.position,
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Vote(usize, VoteKind),
@@ -29,8 +65,8 @@ enum Step {
     Fail(usize, u64),
     Retry(usize),
     Resubmit(bool),
-    /// A participant asks for the decision (the runtime's path for ids it cannot answer at
-    /// once; here the id is always known, so it must never presume anything).
+    /// A participant prepared for the attempt asks for the decision: it hears pending until
+    /// the decision is durable, then that decision; never a presumption about its own attempt.
     Query,
 }
 
@@ -54,8 +90,9 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn to_event(step: &Step, waiter: u64) -> Event {
-    match step {
+/// The event a step feeds the engine; `None` for a query, which is a read, not an event.
+fn to_event(step: &Step, waiter: u64) -> Option<Event> {
+    Some(match step {
         Step::Vote(p, vote) => Event::VoteReceived {
             txid: txid(),
             participant: name(*p),
@@ -84,12 +121,8 @@ fn to_event(step: &Step, waiter: u64) -> Event {
             participant: name(*p),
         },
         Step::Resubmit(same) => submit(waiter, if *same { 7 } else { 8 }),
-        Step::Query => Event::UnknownIdQueried {
-            waiter,
-            txid: txid(),
-            now_ms: 5,
-        },
-    }
+        Step::Query => return None,
+    })
 }
 
 fn submit(waiter: u64, digest: u128) -> Event {
@@ -107,10 +140,11 @@ fn submit(waiter: u64, digest: u128) -> Event {
 proptest! {
     #[test]
     fn safety_holds_in_any_order(steps in proptest::collection::vec(step(), 0..60)) {
-        let mut engine = Engine::new(EngineConfig { retry_base_ms: 10, retry_max_ms: 100, retained_max: 10 });
+        let mut engine = Engine::new(CONFIG, identity(Incarnation(1), 1));
         let first = engine.step(submit(0, 7));
         let prepares = first.iter().filter(|c| matches!(c, Command::SendPrepare { .. })).count();
         prop_assert_eq!(prepares, 3);
+        let attempt = Attempt::new(&coordinator(), Incarnation(1), 1);
 
         // What the engine should have seen, tracked independently of it.
         let mut first_votes: [Option<VoteKind>; 3] = [None; 3];
@@ -121,7 +155,15 @@ proptest! {
         let mut acked = [false; 3];
 
         for (i, step) in steps.iter().enumerate() {
-            let event = to_event(step, i as u64 + 1);
+            let Some(event) = to_event(step, i as u64 + 1) else {
+                let answer = engine.decision_for(&txid(), Some(&query(&attempt, 1)));
+                let expected = match decided {
+                    Some(decision) if durable => decision.into(),
+                    _ => DecisionStatus::Pending,
+                };
+                prop_assert_eq!(answer, DecisionAnswer { decision: expected, reason: None, behind: None });
+                continue;
+            };
             match step {
                 Step::Vote(p, v) if decided.is_none() && first_votes[*p].is_none() => {
                     first_votes[*p] = Some(*v)
@@ -172,41 +214,268 @@ proptest! {
     }
 }
 
-proptest! {
-    /// An id first heard of through a participant's query: whatever follows (more queries,
-    /// client submits with any body, the durable notice), exactly one presumed abort is logged,
-    /// nobody hears anything before it is durable, everyone hears abort, and no prepare is sent.
-    #[test]
-    fn a_presumed_abort_is_logged_once_and_never_becomes_an_attempt(
-        steps in proptest::collection::vec(0..4u8, 0..30),
-    ) {
-        let mut engine = Engine::new(EngineConfig { retry_base_ms: 10, retry_max_ms: 100, retained_max: 10 });
-        let query = |waiter| Event::UnknownIdQueried { waiter, txid: txid(), now_ms: 5 };
-        let first = engine.step(query(0));
-        prop_assert!(matches!(&first[..], [Command::AppendDecision(r)] if r.presumed && r.decision == Decision::Abort));
-        let mut durable = false;
-        for (i, kind) in steps.iter().enumerate() {
-            let waiter = i as u64 + 1;
-            let event = match kind {
-                0 => query(waiter),
-                1 => submit(waiter, 7),
-                2 => submit(waiter, 8),
-                _ => {
-                    durable = true;
-                    Event::DecisionDurable { txid: txid() }
-                }
+/// One thing that happens in a history of many transactions.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A client submits id `.0` (with its usual body, or another one).
+    Submit(usize, bool),
+    /// The participant votes on id `.0`'s live attempt (yes or no).
+    Vote(usize, bool),
+    Ack(usize),
+    /// Every ended outcome is forgotten (the retention window passed).
+    Forget,
+    Checkpoint,
+    /// The process dies and a new run recovers; `lose_tail` drops every lazy record after the
+    /// last forced one (what a crash may lose); `seed` picks the new incarnation.
+    Crash {
+        lose_tail: bool,
+        seed: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..3usize, any::<bool>()).prop_map(|(t, same)| Op::Submit(t, same || t == 0)),
+        4 => (0..3usize, prop_oneof![3 => Just(true), 1 => Just(false)]).prop_map(|(t, yes)| Op::Vote(t, yes)),
+        3 => (0..3usize).prop_map(Op::Ack),
+        1 => Just(Op::Forget),
+        1 => Just(Op::Checkpoint),
+        // Few seeds: the new run's first choice often collides with a run in the log.
+        1 => (any::<bool>(), 0..4u64).prop_map(|(lose_tail, seed)| Op::Crash { lose_tail, seed }),
+    ]
+}
+
+/// The engine with a model of its log (what a restart replays) and of every attempt given out.
+struct History {
+    engine: Engine,
+    identity: EpochRecord,
+    snapshot: Option<Snapshot>,
+    /// Records after the snapshot, in order; `forced` of them are certainly durable.
+    log: Vec<LogRecord>,
+    forced: usize,
+    /// Every attempt any run gave out, with the client id it was for.
+    given: Vec<(TxId, Attempt)>,
+    gtids: BTreeSet<GlobalTxId>,
+    incarnations: BTreeSet<Incarnation>,
+    decided: BTreeMap<GlobalTxId, Decision>,
+    ended: BTreeSet<GlobalTxId>,
+    /// Attempts whose Begin a crash lost (they never decided: a decision is forced after it).
+    lost: BTreeSet<GlobalTxId>,
+}
+
+fn client_id(t: usize) -> TxId {
+    TxId::new(format!("t{t}")).unwrap()
+}
+
+impl History {
+    fn new() -> History {
+        let identity = identity(Incarnation(0), 1);
+        History {
+            engine: Engine::new(
+                EngineConfig {
+                    retained_max: 1,
+                    ..CONFIG
+                },
+                identity.clone(),
+            ),
+            identity: identity.clone(),
+            snapshot: None,
+            log: vec![LogRecord::Epoch(identity)],
+            forced: 1,
+            given: Vec::new(),
+            gtids: BTreeSet::new(),
+            incarnations: [Incarnation(0)].into(),
+            decided: BTreeMap::new(),
+            ended: BTreeSet::new(),
+            lost: BTreeSet::new(),
+        }
+    }
+
+    /// Steps the engine, logging what it appends; forced decisions become durable at once.
+    fn apply(&mut self, event: Event) -> Result<(), TestCaseError> {
+        let mut queue = VecDeque::from([event]);
+        while let Some(event) = queue.pop_front() {
+            let submitted = match &event {
+                Event::Submit { txid, .. } => Some(txid.clone()),
+                _ => None,
             };
-            for command in engine.step(event) {
+            let mut prepared = BTreeMap::new();
+            for command in self.engine.step(event) {
                 match command {
-                    Command::Reply { reply: Reply::Outcome(response), .. } => {
-                        prop_assert!(durable, "answered before the presumed abort was durable");
-                        prop_assert_eq!(response.outcome, protocol::Outcome::Aborted);
+                    Command::AppendLazy(record) => {
+                        if let LogRecord::End(end) = &record {
+                            let status = self.engine.status(&end.txid);
+                            prop_assert!(status.is_some(), "ended and not retained");
+                            if let Some(status) = status {
+                                self.ended.insert(status.gtid);
+                            }
+                        }
+                        self.log.push(record);
                     }
-                    Command::AppendLazy(LogRecord::End(_)) => prop_assert!(durable),
-                    Command::AppendDecision(_) => prop_assert!(false, "logged twice"),
-                    other => prop_assert!(false, "unexpected {:?}", other),
+                    Command::AppendDecision(record) => {
+                        let earlier = self
+                            .decided
+                            .insert(record.attempt.gtid.clone(), record.decision);
+                        prop_assert_eq!(earlier, None, "{} decided twice", record.attempt.gtid);
+                        queue.push_back(Event::DecisionDurable {
+                            txid: record.txid.clone(),
+                        });
+                        self.log.push(LogRecord::Decision(record));
+                        self.forced = self.log.len();
+                    }
+                    Command::SendPrepare { txid, attempt, .. } => {
+                        prop_assert_eq!(Some(&txid), submitted.as_ref());
+                        prepared.insert(attempt.gtid.clone(), (txid, attempt));
+                    }
+                    Command::ArmPrepareDeadline { .. }
+                    | Command::SendDecision { .. }
+                    | Command::ArmRetry { .. }
+                    | Command::Reply { .. } => {}
                 }
             }
+            prop_assert!(
+                prepared.len() <= 1,
+                "one submit, one attempt: {:?}",
+                prepared
+            );
+            for (txid, attempt) in prepared.into_values() {
+                prop_assert_eq!(attempt.incarnation, self.identity.incarnation);
+                prop_assert!(
+                    self.gtids.insert(attempt.gtid.clone()),
+                    "attempt id {} given out twice",
+                    attempt.gtid
+                );
+                self.given.push((txid, attempt));
+            }
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, lose_tail: bool, seed: u64) -> Result<(), TestCaseError> {
+        if lose_tail {
+            for record in self.log.drain(self.forced..) {
+                if let LogRecord::Begin(begin) = record {
+                    self.lost.insert(begin.attempt.gtid);
+                }
+            }
+        }
+        let replayed = Engine::replay(
+            EngineConfig {
+                retained_max: 1,
+                ..CONFIG
+            },
+            self.snapshot.clone(),
+            self.log.clone(),
+        );
+        let last = replayed.identity.clone();
+        prop_assert!(last.is_some(), "the log holds a run");
+        let epoch = last.map_or(Epoch(1), |l| l.epoch.next());
+        // As recovery does: an incarnation none of the log's runs has.
+        let incarnation = (seed..)
+            .map(Incarnation)
+            .find(|i| !replayed.engine.runs().any(|span| span.incarnation == *i))
+            .unwrap_or(Incarnation(u64::MAX));
+        prop_assert!(
+            self.incarnations.insert(incarnation),
+            "incarnation {} repeated: the log forgot a run",
+            incarnation
+        );
+        self.engine = replayed.engine;
+        self.identity = identity(incarnation, epoch.0);
+        self.log.push(LogRecord::Epoch(self.identity.clone()));
+        self.forced = self.log.len();
+        self.apply(Event::RecoveryDone {
+            now_ms: 9,
+            identity: self.identity.clone(),
+        })
+    }
+
+    /// What every participant of every attempt would hear now.
+    fn check_answers(&self) -> Result<(), TestCaseError> {
+        for (txid, attempt) in &self.given {
+            let answer = self.engine.decision_for(txid, Some(&query(attempt, 1)));
+            let gtid = &attempt.gtid;
+            let decided = self.decided.get(gtid).copied();
+            prop_assert_eq!(
+                &answer.behind,
+                &None,
+                "{}: this log was never rolled back",
+                gtid
+            );
+            match answer.decision {
+                DecisionStatus::Commit => {
+                    prop_assert_eq!(decided, Some(Decision::Commit), "{} heard commit", gtid);
+                }
+                // Abort for a committed attempt only once every participant acknowledged it.
+                DecisionStatus::Abort => prop_assert!(
+                    decided != Some(Decision::Commit) || self.ended.contains(gtid),
+                    "{} heard abort, but committed",
+                    gtid
+                ),
+                DecisionStatus::Pending => prop_assert!(
+                    self.engine.status(txid).is_some_and(|s| &s.gtid == gtid),
+                    "{} pending but not live",
+                    gtid
+                ),
+                // Every attempt asked about was given out by a run this log holds: a log
+                // that was never rolled back can always answer (a lost Begin included).
+                DecisionStatus::Unknown => prop_assert!(
+                    false,
+                    "{} unknown (its start lost: {}): {:?}",
+                    gtid,
+                    self.lost.contains(gtid),
+                    answer.reason
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    /// Whatever the history of submits, votes, acks, forgetting, checkpoints and crashes: every
+    /// attempt gets an id no earlier attempt had (across runs: each restart's incarnation is
+    /// new), and a participant asking about its attempt hears that attempt's outcome, pending,
+    /// a presumed abort only where no commit can be contradicted, or `unknown` only for an
+    /// attempt whose start a crash lost.
+    #[test]
+    fn attempt_ids_never_repeat_and_answers_never_borrow_another_attempts_outcome(
+        ops in proptest::collection::vec(op(), 0..80),
+    ) {
+        let mut history = History::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            let waiter = i as u64;
+            match op {
+                Op::Submit(t, same) => history.apply(Event::Submit {
+                    waiter,
+                    wait: WaitFor::Decision,
+                    txid: client_id(t),
+                    digest: Digest(if same { 1 } else { 2 }),
+                    participants: vec![(name(0), json!({"t": t}))],
+                    timeout_ms: 100,
+                    now_ms: 1,
+                })?,
+                Op::Vote(t, yes) => history.apply(Event::VoteReceived {
+                    txid: client_id(t),
+                    participant: name(0),
+                    vote: if yes { VoteKind::Yes } else { VoteKind::No },
+                    reason: None,
+                    now_ms: 2,
+                })?,
+                Op::Ack(t) => history.apply(Event::Acked {
+                    txid: client_id(t),
+                    participant: name(0),
+                    now_ms: 3,
+                })?,
+                Op::Forget => history.apply(Event::ExpireRetained { now_ms: 1_000, retention_ms: 1 })?,
+                Op::Checkpoint => {
+                    history.snapshot = Some(history.engine.snapshot(history.identity.clone()));
+                    history.log.clear();
+                    history.forced = 0;
+                }
+                Op::Crash { lose_tail, seed } => history.crash(lose_tail, seed)?,
+            }
+            history.check_answers()?;
         }
     }
 }

@@ -25,14 +25,20 @@ impl Engine {
         snapshot: Option<Snapshot>,
         records: impl IntoIterator<Item = LogRecord>,
     ) -> Replayed {
-        let mut engine = Engine::new(config);
+        let mut engine = Engine::empty(config);
         let mut identity = None;
         if let Some(snapshot) = snapshot {
+            for span in snapshot.runs {
+                engine.runs.insert(span.incarnation, span);
+            }
+            engine.note_run(&snapshot.identity);
+            engine.behind = snapshot.behind;
             identity = Some(snapshot.identity);
             for begun in snapshot.begun {
                 engine.replay_begin(begun);
             }
             for live in snapshot.decided {
+                engine.note_attempt(&live.decision.attempt);
                 let mut tx = Tx::from_decision(&live.decision);
                 for part in &mut tx.parts {
                     part.acked = live.acked.contains(&part.name);
@@ -40,14 +46,19 @@ impl Engine {
                 engine.live.insert(tx.id.clone(), tx);
             }
             for retained in snapshot.retained {
+                engine.note_attempt(&retained.decision.attempt);
                 engine.retained.insert(retained);
             }
         }
         for record in records {
             match record {
-                LogRecord::Epoch(epoch) => identity = Some(epoch),
+                LogRecord::Epoch(epoch) => {
+                    engine.note_run(&epoch);
+                    identity = Some(epoch);
+                }
                 LogRecord::Begin(begin) => engine.replay_begin(begin),
                 LogRecord::Decision(decision) => {
+                    engine.note_attempt(&decision.attempt);
                     // A decision for an id that already ended in this log is a new transaction
                     // reusing a forgotten id (retention passed or `retained_max` dropped it):
                     // the later record wins, as it did when it was written.
@@ -66,12 +77,16 @@ impl Engine {
                     }
                 }
                 LogRecord::End(end) => engine.replay_end(&end.txid, end.ended_at_ms),
+                LogRecord::Behind(behind) => {
+                    engine.behind.get_or_insert(behind);
+                }
             }
         }
         Replayed { engine, identity }
     }
 
     fn replay_begin(&mut self, begin: BeginRecord) {
+        self.note_attempt(&begin.attempt);
         if self.live.contains_key(&begin.txid) {
             return;
         }
@@ -79,12 +94,12 @@ impl Engine {
         self.retained.remove(&begin.txid);
         let tx = Tx {
             id: begin.txid.clone(),
+            attempt: begin.attempt,
             digest: begin.digest,
             created_at_ms: begin.created_at_ms,
             parts: begin.participants.into_iter().map(Part::new).collect(),
             phase: Phase::Preparing,
             waiters: Vec::new(),
-            presumed: false,
         };
         self.live.insert(begin.txid, tx);
     }
@@ -140,14 +155,17 @@ impl Engine {
     fn snapshot_live(&self, identity: EpochRecord) -> Snapshot {
         let mut snapshot = Snapshot {
             identity,
+            runs: self.runs.values().copied().collect(),
             begun: Vec::new(),
             decided: Vec::new(),
+            behind: self.behind.clone(),
             retained: Vec::new(),
         };
         for tx in self.live.values() {
             match &tx.phase {
                 Phase::Preparing | Phase::LogFailed { .. } => snapshot.begun.push(BeginRecord {
                     txid: tx.id.clone(),
+                    attempt: tx.attempt.clone(),
                     digest: tx.digest,
                     participants: tx.parts.iter().map(|p| p.name.clone()).collect(),
                     created_at_ms: tx.created_at_ms,

@@ -133,20 +133,24 @@ impl RetainedSet {
 mod tests {
     use super::*;
     use crate::digest::Digest;
-    use crate::records::DecisionRecord;
+    use crate::records::{Attempt, DecisionRecord};
     use protocol::Decision;
 
     fn ended(id: &str, at: u64) -> Retained {
         Retained {
             decision: DecisionRecord {
                 txid: TxId::new(id).unwrap(),
+                attempt: Attempt::new(
+                    &protocol::CoordinatorId::new("c").unwrap(),
+                    protocol::Incarnation(1),
+                    at,
+                ),
                 digest: Digest(1),
                 decision: Decision::Commit,
                 reason: None,
                 votes: vec![],
                 created_at_ms: 0,
                 decided_at_ms: 0,
-                presumed: false,
             },
             ended_at_ms: at,
         }

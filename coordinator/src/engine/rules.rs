@@ -1,7 +1,7 @@
 //! The decision rule (a pure function of the votes) and the phase-two delivery bookkeeping
 //! that the engine's transitions share.
 
-use protocol::{Decision, TxId, VoteKind};
+use protocol::{Decision, GlobalTxId, TxId, VoteKind};
 
 use crate::engine::io::Command;
 use crate::engine::tx::{Decided, Delivery, Part, Phase, Tx};
@@ -46,18 +46,25 @@ fn abort_reason(part: &Part) -> Option<String> {
 
 pub fn send_decisions(tx: &mut Tx, decision: Decision) -> Vec<Command> {
     let txid = tx.id.clone();
+    let gtid = tx.attempt.gtid.clone();
     tx.parts
         .iter_mut()
         .filter(|p| !p.acked && p.delivery == Delivery::Idle)
-        .map(|part| start_delivery(&txid, part, decision))
+        .map(|part| start_delivery(&txid, &gtid, part, decision))
         .collect()
 }
 
-pub fn start_delivery(txid: &TxId, part: &mut Part, decision: Decision) -> Command {
+pub fn start_delivery(
+    txid: &TxId,
+    gtid: &GlobalTxId,
+    part: &mut Part,
+    decision: Decision,
+) -> Command {
     part.delivery = Delivery::InFlight;
     part.attempts = part.attempts.saturating_add(1);
     Command::SendDecision {
         txid: txid.clone(),
+        gtid: gtid.clone(),
         participant: part.name.clone(),
         decision,
         attempt: part.attempts,

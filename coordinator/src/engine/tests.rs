@@ -1,16 +1,18 @@
 //! Table-driven engine tests: each case feeds events and asserts the exact commands of the
 //! last one. The cases named `mistake_*` are the seeds' "common implementation mistakes" that
 //! apply to a coordinator, each written so that an engine making that mistake fails it.
+//! Attempts, runs and the decision for participants in doubt are in `tests_attempts.rs`.
 
 use protocol::{
-    Decision, DecisionStatus, Outcome, ParticipantName, ParticipantResult, TransactionResponse,
-    TransactionState, TxId, VoteKind,
+    CoordinatorId, Decision, DecisionQuery, DecisionStatus, Epoch, Incarnation, Outcome,
+    ParticipantResult, TransactionResponse, TransactionState, VoteKind,
 };
 use serde_json::json;
 
+use super::test_support::{coordinator, id, name, run};
 use super::*;
 use crate::digest::Digest;
-use crate::records::{DecisionRecord, EndRecord, EpochRecord};
+use crate::records::{Attempt, BeginRecord, DecisionRecord, EndRecord, EpochRecord};
 
 const CONFIG: EngineConfig = EngineConfig {
     retry_base_ms: 100,
@@ -18,11 +20,44 @@ const CONFIG: EngineConfig = EngineConfig {
     retained_max: 1000,
 };
 
-fn id(s: &str) -> TxId {
-    TxId::new(s).unwrap()
+/// The run the tests' engines start as, and the run after a restart.
+const RUN1: Incarnation = Incarnation(0xa1);
+const RUN2: Incarnation = Incarnation(0xb2);
+
+fn identity() -> EpochRecord {
+    run(RUN1, 1)
 }
-fn name(s: &str) -> ParticipantName {
-    ParticipantName::new(s).unwrap()
+fn next_identity() -> EpochRecord {
+    run(RUN2, 2)
+}
+fn recovered(now_ms: u64) -> Event {
+    Event::RecoveryDone {
+        now_ms,
+        identity: next_identity(),
+    }
+}
+/// The first attempt of the first run: what the first submit of a fresh engine gets.
+fn first() -> Attempt {
+    Attempt::new(&coordinator(), RUN1, 1)
+}
+/// What a participant that was prepared for `attempt` asks with.
+fn query_for(attempt: &Attempt) -> DecisionQuery {
+    DecisionQuery {
+        gtid: attempt.gtid.clone(),
+        incarnation: attempt.incarnation,
+        epoch: if attempt.incarnation == RUN1 {
+            Epoch(1)
+        } else {
+            Epoch(2)
+        },
+        position: attempt.position,
+    }
+}
+/// The decision a participant prepared for `attempt` of `txid` hears.
+fn ask(engine: &Engine, txid: &str, attempt: &Attempt) -> DecisionStatus {
+    engine
+        .decision_for(&id(txid), Some(&query_for(attempt)))
+        .decision
 }
 
 fn submit_as(waiter: WaiterId, wait: WaitFor, digest: u128) -> Event {
@@ -79,16 +114,25 @@ fn deadline() -> Event {
     }
 }
 
+fn begin_record(attempt: Attempt, digest: u128, at: u64) -> LogRecord {
+    LogRecord::Begin(BeginRecord {
+        txid: id("t"),
+        attempt,
+        digest: Digest(digest),
+        participants: vec![name("a"), name("b")],
+        created_at_ms: at,
+    })
+}
 fn decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> DecisionRecord {
     DecisionRecord {
         txid: id("t"),
+        attempt: first(),
         digest: Digest(7),
         decision: d,
         reason: reason.map(str::to_string),
         votes: vec![(name("a"), votes[0]), (name("b"), votes[1])],
         created_at_ms: 1000,
         decided_at_ms: at,
-        presumed: false,
     }
 }
 fn append_decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> Command {
@@ -97,6 +141,7 @@ fn append_decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: 
 fn send(p: &str, d: Decision, attempt: u32) -> Command {
     Command::SendDecision {
         txid: id("t"),
+        gtid: first().gtid,
         participant: name(p),
         decision: d,
         attempt,
@@ -111,6 +156,7 @@ fn outcome(waiter: WaiterId, o: Outcome, votes: [VoteKind; 2], acked: [bool; 2])
         waiter,
         reply: Reply::Outcome(TransactionResponse {
             id: id("t"),
+            gtid: first().gtid,
             outcome: o,
             reason,
             participants: vec![
@@ -147,7 +193,7 @@ const ABORT: Decision = Decision::Abort;
 
 /// Feeds `events` in order to a fresh engine and returns the commands of the last one.
 fn last_commands(events: Vec<Event>) -> (Engine, Vec<Command>) {
-    let mut engine = Engine::new(CONFIG);
+    let mut engine = Engine::new(CONFIG, identity());
     let mut last = Vec::new();
     for event in events {
         last = engine.step(event);
@@ -171,20 +217,17 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
             "submit logs begin lazily, prepares everyone in parallel, arms the deadline",
             vec![submit()],
             vec![
-                Command::AppendLazy(LogRecord::Begin(crate::records::BeginRecord {
-                    txid: id("t"),
-                    digest: Digest(7),
-                    participants: vec![name("a"), name("b")],
-                    created_at_ms: 1000,
-                })),
+                Command::AppendLazy(begin_record(first(), 7, 1000)),
                 Command::SendPrepare {
                     txid: id("t"),
+                    attempt: first(),
                     participant: name("a"),
                     payload: json!({"pa": 1}),
                     timeout_ms: 500,
                 },
                 Command::SendPrepare {
                     txid: id("t"),
+                    attempt: first(),
                     participant: name("b"),
                     payload: json!({"pb": 2}),
                     timeout_ms: 500,
@@ -476,251 +519,156 @@ fn abort_outcome_reaches_client_and_participants() {
             send("b", ABORT, 1),
         ]
     );
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
     let status = engine.status(&id("t")).unwrap();
     assert_eq!(status.state, TransactionState::Aborting);
 }
 
 #[test]
-fn decision_query_is_pending_until_durable_and_presumes_abort_for_unknown_ids() {
-    let mut engine = Engine::new(CONFIG);
-    // Unknown: nothing is said without a durable record of the presumption.
-    assert_eq!(engine.decision_lookup(&id("t")), DecisionLookup::Unknown);
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+fn a_participant_hears_pending_until_the_decision_is_durable_then_the_outcome() {
+    let mut engine = Engine::new(CONFIG, identity());
+    // Not begun yet: the position is past what the log holds of this run, so no guess.
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Unknown);
     engine.step(submit());
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Pending);
     engine.step(vote("a", Yes));
     engine.step(vote("b", Yes));
     // Decided but not durable: a participant must not hear commit yet.
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Pending);
     engine.step(durable());
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Commit);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Commit);
     engine.step(ack("a"));
     engine.step(ack("b"));
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Commit);
+    // Ended: from the retained outcome, as a known answer (no presumption, no reason).
+    assert_eq!(
+        engine.decision_for(&id("t"), Some(&query_for(&first()))),
+        DecisionAnswer {
+            decision: DecisionStatus::Commit,
+            reason: None,
+            behind: None,
+        }
+    );
     assert_eq!(
         engine.status(&id("t")).unwrap().state,
         TransactionState::Committed
     );
 
-    // An unknown id asked about: abort, but only once its record is durable.
-    let lost = id("lost");
-    assert_eq!(
-        engine.step(query(1, "lost")),
-        vec![Command::AppendDecision(presumed_record("lost"))]
-    );
-    assert_eq!(
-        engine.decision_lookup(&lost),
-        DecisionLookup::PresumingAbort
-    );
-    assert_eq!(engine.decision_query(&lost), DecisionStatus::Pending);
-    engine.step(Event::DecisionDurable { txid: lost.clone() });
-    assert_eq!(
-        engine.decision_lookup(&lost),
-        DecisionLookup::Known(DecisionStatus::Abort)
-    );
-    assert_eq!(engine.decision_query(&lost), DecisionStatus::Abort);
-    let status = engine.status(&lost).unwrap();
-    assert_eq!(status.state, TransactionState::Aborted);
-    assert_eq!(status.reason.as_deref(), Some(PRESUMED_ABORT_REASON));
-}
-
-fn query(waiter: WaiterId, txid: &str) -> Event {
-    Event::UnknownIdQueried {
-        waiter,
-        txid: id(txid),
-        now_ms: 3000,
-    }
-}
-fn presumed_record(txid: &str) -> DecisionRecord {
-    DecisionRecord {
-        txid: id(txid),
-        digest: Digest(0),
-        decision: ABORT,
-        reason: Some(PRESUMED_ABORT_REASON.to_string()),
-        votes: vec![],
-        created_at_ms: 3000,
-        decided_at_ms: 3000,
-        presumed: true,
-    }
-}
-fn presumed_outcome(waiter: WaiterId) -> Command {
-    Command::Reply {
-        waiter,
-        reply: Reply::Outcome(TransactionResponse {
-            id: id("t"),
-            outcome: Outcome::Aborted,
-            reason: Some(PRESUMED_ABORT_REASON.to_string()),
-            participants: vec![],
-        }),
-    }
-}
-fn presumed_end() -> Command {
-    Command::AppendLazy(LogRecord::End(EndRecord {
-        txid: id("t"),
-        ended_at_ms: 3000,
-    }))
-}
-
-#[test]
-fn an_unknown_id_queried_is_aborted_durably_before_anyone_hears_it() {
-    let failed_log = || Event::DecisionFailed {
-        txid: id("t"),
-        error: "fsync failed".into(),
-    };
-    let log_failed = |waiter| Command::Reply {
-        waiter,
-        reply: Reply::LogFailed {
+    // A decision that could not be made durable stays pending: its outcome is unknown until a
+    // restart replays the log.
+    let (engine, _) = last_commands(vec![
+        submit(),
+        vote("a", Yes),
+        vote("b", Yes),
+        Event::DecisionFailed {
+            txid: id("t"),
             error: "fsync failed".into(),
         },
-    };
-    let cases: Vec<(&str, Vec<Event>, Vec<Command>)> = vec![
-        (
-            "unknown id: a forced presumed abort is logged; nobody is answered yet",
-            vec![query(1, "t")],
-            vec![Command::AppendDecision(presumed_record("t"))],
-        ),
-        (
-            "a second query while the record is in flight joins it: no second record",
-            vec![query(1, "t"), query(2, "t")],
-            vec![],
-        ),
-        (
-            "durable: every asker hears abort, and it ends at once (nobody to deliver to)",
-            vec![query(1, "t"), query(2, "t"), durable()],
-            vec![presumed_outcome(1), presumed_outcome(2), presumed_end()],
-        ),
-        (
-            "a client's POST while the record is in flight starts no attempt (no prepare)",
-            vec![query(1, "t"), submit_as(5, WaitFor::Decision, 7)],
-            vec![],
-        ),
-        (
-            "that POST hears the aborted outcome once the record is durable",
-            vec![query(1, "t"), submit_as(5, WaitFor::Decision, 7), durable()],
-            vec![presumed_outcome(1), presumed_outcome(5), presumed_end()],
-        ),
-        (
-            "a POST waiting for acks hears it when the presumed abort ends",
-            vec![query(1, "t"), submit_as(5, WaitFor::Acked, 7), durable()],
-            vec![presumed_outcome(1), presumed_end(), presumed_outcome(5)],
-        ),
-        (
-            "a POST after it ended gets the recorded abort, whatever its body",
-            vec![query(1, "t"), durable(), submit_as(5, WaitFor::Decision, 8)],
-            vec![presumed_outcome(5)],
-        ),
-        (
-            "a query after it ended is answered at once, with no new record",
-            vec![query(1, "t"), durable(), query(2, "t")],
-            vec![presumed_outcome(2)],
-        ),
-        (
-            "the record could not be made durable: askers hear log_failed, never abort",
-            vec![query(1, "t"), query(2, "t"), failed_log()],
-            vec![log_failed(1), log_failed(2)],
-        ),
-        (
-            "after that failure a POST hears log_failed too, and still no attempt starts",
-            vec![
-                query(1, "t"),
-                failed_log(),
-                submit_as(5, WaitFor::Decision, 7),
-            ],
-            vec![log_failed(5)],
-        ),
-        (
-            "a known, undecided id is not presumed: the asker waits for its real decision",
-            vec![submit(), query(2, "t")],
-            vec![],
-        ),
-        (
-            "... and hears it once durable, with the client",
-            vec![
-                submit(),
-                query(2, "t"),
-                vote("a", Yes),
-                vote("b", Yes),
-                durable(),
-            ],
-            vec![
-                outcome(1, Outcome::Committed, [Yes, Yes], [false, false]),
-                outcome(2, Outcome::Committed, [Yes, Yes], [false, false]),
-                send("a", COMMIT, 1),
-                send("b", COMMIT, 1),
-            ],
-        ),
-        (
-            "a known, ended id is answered at once from its outcome",
-            with(committed_and_durable(), [ack("a"), ack("b"), query(9, "t")]),
-            vec![outcome(9, Outcome::Committed, [Yes, Yes], [true, true])],
-        ),
-    ];
-    for (what, events, expected) in cases {
-        let (_, got) = last_commands(events);
-        assert_eq!(got, expected, "case: {what}");
-    }
+    ]);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Pending);
 }
 
 #[test]
-fn a_presumed_abort_survives_replay_and_checkpoints() {
-    let presumed = LogRecord::Decision(presumed_record("t"));
-    let ended = LogRecord::End(EndRecord {
-        txid: id("t"),
-        ended_at_ms: 3000,
-    });
-    for (what, records, at_recovery) in [
+fn a_presumed_abort_writes_nothing_and_is_given_only_inside_the_logs_span() {
+    let forget = Event::ExpireRetained {
+        now_ms: 100_000,
+        retention_ms: 1,
+    };
+    let ended_aborted = vec![
+        submit(),
+        vote("a", Yes),
+        vote("b", No),
+        durable(),
+        ack("a"),
+        ack("b"),
+        forget.clone(),
+    ];
+    let ended_committed = with(committed_and_durable(), [ack("a"), ack("b"), forget]);
+    let other_coordinator = Attempt::new(&CoordinatorId::new("c-2").unwrap(), RUN1, 1);
+    let unreached = Attempt::new(&coordinator(), RUN1, 2);
+    // (what, events, client id asked about, attempt asked about, expected, presumed abort?)
+    type Case<'a> = (&'a str, Vec<Event>, &'a str, Attempt, DecisionStatus, bool);
+    let cases: Vec<Case> = vec![
         (
-            "durable, crashed before End: recovery ends it",
-            vec![presumed.clone()],
-            vec![Command::AppendLazy(LogRecord::End(EndRecord {
-                txid: id("t"),
-                ended_at_ms: 5000,
-            }))],
-        ),
-        ("ended", vec![presumed, ended], vec![]),
-    ] {
-        let mut engine = Engine::replay(CONFIG, None, records).engine;
-        assert_eq!(
-            engine.step(Event::RecoveryDone { now_ms: 5000 }),
-            at_recovery,
-            "{what}"
-        );
-        assert_eq!(
-            engine.decision_query(&id("t")),
+            "an attempt of this run that ended and was forgotten: abort, from the span",
+            ended_aborted.clone(),
+            "t",
+            first(),
             DecisionStatus::Abort,
-            "{what}"
-        );
-        // A client retrying the id after the restart: the recorded abort, never an attempt.
-        let retried = engine.step(submit_as(5, WaitFor::Decision, 7));
-        assert_eq!(retried, vec![presumed_outcome(5)], "{what}");
-        // And through a checkpoint.
-        let snapshot = engine.snapshot(identity());
-        let fast = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
-        assert_eq!(fast, snapshot);
-        assert!(
-            snapshot.retained.iter().any(|r| r.decision.presumed),
-            "{what}"
-        );
-        let mut restored = Engine::replay(CONFIG, Some(snapshot), []).engine;
+            true,
+        ),
+        (
+            "a committed attempt every participant acknowledged, once forgotten: presumed abort \
+             (classic presumed abort: nobody left to ask)",
+            ended_committed.clone(),
+            "t",
+            first(),
+            DecisionStatus::Abort,
+            true,
+        ),
+        (
+            "a client id nobody submitted, at a covered position: abort",
+            ended_aborted.clone(),
+            "x",
+            first(),
+            DecisionStatus::Abort,
+            true,
+        ),
+        (
+            "a position this run has not reached: unknown, never abort",
+            ended_aborted.clone(),
+            "t",
+            unreached,
+            DecisionStatus::Unknown,
+            false,
+        ),
+        (
+            "an attempt id another coordinator composed: unknown",
+            ended_aborted,
+            "t",
+            other_coordinator,
+            DecisionStatus::Unknown,
+            false,
+        ),
+        (
+            "a live attempt: pending, not presumed",
+            vec![submit()],
+            "t",
+            first(),
+            DecisionStatus::Pending,
+            false,
+        ),
+        (
+            "a live attempt asked about under another client id: unknown, never a presumed \
+             abort that its coming decision could contradict",
+            vec![submit(), vote("a", Yes)],
+            "x",
+            first(),
+            DecisionStatus::Unknown,
+            false,
+        ),
+    ];
+    for (what, events, txid, attempt, expected, is_presumed) in cases {
+        let (engine, _) = last_commands(events);
+        let before = engine.snapshot(identity());
+        let answer = engine.decision_for(&id(txid), Some(&query_for(&attempt)));
+        assert_eq!(answer.decision, expected, "{what}: {answer:?}");
+        assert_eq!(answer.behind, None, "{what}");
         assert_eq!(
-            restored.step(submit_as(6, WaitFor::Decision, 8)),
-            vec![presumed_outcome(6)],
-            "{what}"
+            answer
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("presumed abort")),
+            is_presumed,
+            "{what}: {answer:?}"
         );
-        // Past the retention window the id is forgotten like any other.
-        restored.step(Event::ExpireRetained {
-            now_ms: 10_000,
-            retention_ms: 1000,
-        });
-        assert_eq!(restored.decision_lookup(&id("t")), DecisionLookup::Unknown);
+        assert_eq!(
+            answer.reason.is_some(),
+            expected == DecisionStatus::Unknown || is_presumed,
+            "{what}: unknowns and presumptions say why: {answer:?}"
+        );
+        // Nothing recorded: the table (as a checkpoint would write it) is unchanged.
+        assert_eq!(engine.snapshot(identity()), before, "{what}");
     }
-    // A checkpoint taken while the record is in flight keeps it (it follows it in the log).
-    let mut engine = Engine::new(CONFIG);
-    engine.step(query(1, "t"));
-    let mut restored = Engine::replay(CONFIG, Some(engine.snapshot(identity())), []).engine;
-    assert_eq!(restored.step(Event::RecoveryDone { now_ms: 5000 }).len(), 1);
-    assert_eq!(restored.decision_query(&id("t")), DecisionStatus::Abort);
 }
 
 #[test]
@@ -760,21 +708,9 @@ fn retained_outcomes_expire_after_the_window() {
     assert!(engine.status(&id("t")).is_none());
 }
 
-fn identity() -> EpochRecord {
-    EpochRecord {
-        coordinator_id: protocol::CoordinatorId::new("c-1").unwrap(),
-        epoch: protocol::Epoch(1),
-    }
-}
-
 #[test]
 fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
-    let begun = LogRecord::Begin(crate::records::BeginRecord {
-        txid: id("t"),
-        digest: Digest(7),
-        participants: vec![name("a"), name("b")],
-        created_at_ms: 1000,
-    });
+    let begun = begin_record(first(), 7, 1000);
     let committed = LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100));
     let acked_a = LogRecord::Ack(AckRecord {
         txid: id("t"),
@@ -786,7 +722,8 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
     });
     let cases: Vec<(&str, Vec<LogRecord>, Vec<Command>)> = vec![
         (
-            "begun, never decided: abort is logged first; sends wait for it to be durable",
+            "begun, never decided: abort is logged first (for the attempt the participants \
+             were prepared for); sends wait for it to be durable",
             vec![begun.clone()],
             vec![append_decision(
                 ABORT,
@@ -796,7 +733,7 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
             )],
         ),
         (
-            "decided, nobody acked: resend to everyone",
+            "decided, nobody acked: resend to everyone, under the attempt's own gtid",
             vec![begun.clone(), committed.clone()],
             vec![send("a", COMMIT, 1), send("b", COMMIT, 1)],
         ),
@@ -829,15 +766,17 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
     ];
     for (what, records, expected) in cases {
         let mut replayed = Engine::replay(CONFIG, None, records.clone());
+        assert_eq!(replayed.engine.identity(), None, "no run before recovery");
         assert_eq!(
-            replayed.engine.step(Event::RecoveryDone { now_ms: 5000 }),
+            replayed.engine.step(recovered(5000)),
             expected,
             "case: {what}"
         );
+        assert_eq!(replayed.engine.identity(), Some(&next_identity()));
         // A crash during recovery: the same log replayed again gives the same work.
         let mut again = Engine::replay(CONFIG, None, records);
         assert_eq!(
-            again.engine.step(Event::RecoveryDone { now_ms: 5000 }),
+            again.engine.step(recovered(5000)),
             expected,
             "again: {what}"
         );
@@ -846,32 +785,32 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
 
 #[test]
 fn recovered_abort_then_durable_sends_abort_to_everyone() {
-    let begun = LogRecord::Begin(crate::records::BeginRecord {
-        txid: id("t"),
-        digest: Digest(7),
-        participants: vec![name("a"), name("b")],
-        created_at_ms: 1000,
-    });
-    let mut engine = Engine::replay(CONFIG, None, [begun]).engine;
-    engine.step(Event::RecoveryDone { now_ms: 5000 });
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Pending);
+    let mut engine = Engine::replay(CONFIG, None, [begin_record(first(), 7, 1000)]).engine;
+    engine.step(recovered(5000));
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Pending);
     assert_eq!(
         engine.step(durable()),
         vec![send("a", ABORT, 1), send("b", ABORT, 1)]
     );
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
 }
 
 #[test]
 fn retried_request_after_restart_gets_the_recorded_outcome_or_conflict() {
     let records = vec![
+        LogRecord::Epoch(identity()),
+        begin_record(first(), 7, 1000),
         LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100)),
         LogRecord::End(EndRecord {
             txid: id("t"),
             ended_at_ms: 1300,
         }),
     ];
-    let mut engine = Engine::replay(CONFIG, None, records).engine;
+    let replayed = Engine::replay(CONFIG, None, records);
+    assert_eq!(replayed.identity, Some(identity()));
+    let mut engine = replayed.engine;
+    assert_eq!(engine.step(recovered(5000)), vec![]);
+    // The recorded outcome names the attempt that made it, not one of this run.
     assert_eq!(
         engine.step(submit_as(9, WaitFor::Decision, 7)),
         vec![outcome(9, Outcome::Committed, [Yes, Yes], [true, true])]
@@ -887,7 +826,7 @@ fn retried_request_after_restart_gets_the_recorded_outcome_or_conflict() {
 
 #[test]
 fn snapshot_then_replay_keeps_every_view() {
-    let mut engine = Engine::new(CONFIG);
+    let mut engine = Engine::new(CONFIG, identity());
     let empty = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
     assert_eq!(empty, engine.snapshot(identity()));
     // t: committed, a acked; u: preparing; v: decided not yet durable; w: ended.
@@ -921,59 +860,90 @@ fn snapshot_then_replay_keeps_every_view() {
         participant: name("a"),
         now_ms: 2002,
     });
+    // Positions follow submit order.
+    let attempts: Vec<(&str, Attempt)> = ["t", "u", "v", "w"]
+        .into_iter()
+        .zip(1..)
+        .map(|(txid, position)| (txid, Attempt::new(&coordinator(), RUN1, position)))
+        .collect();
+    for (txid, attempt) in &attempts {
+        assert_eq!(
+            engine.status(&id(txid)).unwrap().gtid,
+            attempt.gtid,
+            "{txid}"
+        );
+    }
 
     let snapshot = engine.snapshot(identity());
     // The fast encoding used by checkpoints decodes to the same snapshot.
     let fast = crate::records::Snapshot::decode(&engine.snapshot_bytes(identity())).unwrap();
     assert_eq!(fast, snapshot);
     assert_eq!(fast.retained.len(), 1);
+    assert_eq!(
+        fast.runs,
+        vec![RunSpan {
+            incarnation: RUN1,
+            epoch: Epoch(1),
+            reach: 4
+        }]
+    );
     let replayed = Engine::replay(CONFIG, Some(snapshot.clone()), []);
     assert_eq!(replayed.identity, Some(identity()));
     let mut restored = replayed.engine;
     assert_eq!(restored.snapshot(identity()), snapshot);
-    for txid in ["t", "u", "w"] {
+    for (txid, attempt) in attempts.iter().filter(|(txid, _)| *txid != "v") {
         assert_eq!(
-            restored.decision_query(&id(txid)),
-            engine.decision_query(&id(txid)),
+            ask(&restored, txid, attempt),
+            ask(&engine, txid, attempt),
             "{txid}"
         );
+        let view = |e: &Engine| e.status(&id(txid)).map(|s| (s.gtid, s.state, s.outcome));
+        assert_eq!(view(&restored), view(&engine), "{txid}");
     }
     // v's decision was submitted before the checkpoint, so it is durable whenever the
     // checkpoint is: the restored table treats it as decided.
-    assert_eq!(restored.decision_query(&id("v")), DecisionStatus::Commit);
-    let resent = restored.step(Event::RecoveryDone { now_ms: 3000 });
+    assert_eq!(ask(&restored, "v", &attempts[2].1), DecisionStatus::Commit);
+    let resent = restored.step(recovered(3000));
     assert!(resent.contains(&send("b", COMMIT, 1)), "{resent:?}");
     assert!(!resent.contains(&send("a", COMMIT, 1)), "{resent:?}");
     assert!(resent.iter().any(|c| matches!(c,
-        Command::AppendDecision(d) if d.txid == id("u") && d.decision == Decision::Abort)));
+        Command::AppendDecision(d) if d.txid == id("u") && d.decision == Decision::Abort
+            && d.attempt == attempts[1].1)));
 }
 
 #[test]
 fn replay_lets_a_reused_id_supersede_the_ended_one() {
     // "t" committed and ended, was dropped from memory (retained_max), and the id was used
-    // again for a transaction that aborted; no checkpoint in between.
+    // again, as a new attempt, for a transaction that aborted; no checkpoint in between.
+    let second = Attempt::new(&coordinator(), RUN1, 2);
     let records = vec![
+        LogRecord::Epoch(identity()),
+        begin_record(first(), 7, 1000),
         LogRecord::Decision(decision(COMMIT, [Yes, Yes], None, 1100)),
         LogRecord::End(EndRecord {
             txid: id("t"),
             ended_at_ms: 1300,
         }),
-        LogRecord::Begin(crate::records::BeginRecord {
-            txid: id("t"),
-            digest: Digest(8),
-            participants: vec![name("a"), name("b")],
-            created_at_ms: 2000,
-        }),
+        begin_record(second.clone(), 8, 2000),
         LogRecord::Decision(DecisionRecord {
+            attempt: second.clone(),
             digest: Digest(8),
             created_at_ms: 2000,
             ..decision(ABORT, [Yes, No], Some("b voted no: because"), 2100)
         }),
     ];
     let mut engine = Engine::replay(CONFIG, None, records).engine;
-    assert_eq!(engine.decision_query(&id("t")), DecisionStatus::Abort);
+    assert_eq!(ask(&engine, "t", &second), DecisionStatus::Abort);
     assert_eq!(
-        engine.step(Event::RecoveryDone { now_ms: 5000 }),
-        vec![send("a", ABORT, 1), send("b", ABORT, 1)]
+        engine.status(&id("t")).map(|s| s.gtid),
+        Some(second.gtid.clone())
     );
+    let resend = |p: &str| Command::SendDecision {
+        txid: id("t"),
+        gtid: second.gtid.clone(),
+        participant: name(p),
+        decision: ABORT,
+        attempt: 1,
+    };
+    assert_eq!(engine.step(recovered(5000)), vec![resend("a"), resend("b")]);
 }

@@ -6,7 +6,7 @@ use protocol::{
 
 use crate::digest::Digest;
 use crate::engine::io::{WaitFor, WaiterId};
-use crate::records::DecisionRecord;
+use crate::records::{Attempt, DecisionRecord};
 
 /// Where a live transaction is.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,19 +68,14 @@ impl Part {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tx {
     pub id: TxId,
+    /// The attempt participants know; a client id has at most one live attempt.
+    pub attempt: Attempt,
     pub digest: Digest,
     pub created_at_ms: u64,
     pub parts: Vec<Part>,
     pub phase: Phase,
     pub waiters: Vec<(WaiterId, WaitFor)>,
-    /// A presumed abort being made durable (or made durable): no participants, no digest.
-    pub presumed: bool,
 }
-
-/// The reason a presumed abort records, and what a client retrying that id is told.
-pub const PRESUMED_ABORT_REASON: &str = "presumed abort: a participant asked about this id after \
-     the coordinator lost it (its start was not yet durable when the coordinator crashed); \
-     use a new id to try again";
 
 impl Tx {
     pub fn part_mut(&mut self, name: &ParticipantName) -> Option<&mut Part> {
@@ -94,6 +89,7 @@ impl Tx {
     pub fn decision_record(&self, decided: &Decided) -> DecisionRecord {
         DecisionRecord {
             txid: self.id.clone(),
+            attempt: self.attempt.clone(),
             digest: self.digest,
             decision: decided.decision,
             reason: decided.reason.clone(),
@@ -104,43 +100,14 @@ impl Tx {
                 .collect(),
             created_at_ms: self.created_at_ms,
             decided_at_ms: decided.decided_at_ms,
-            presumed: self.presumed,
         }
-    }
-
-    /// A presumed abort for an id with no record, and its decision record to log (forced):
-    /// `waiter` (the participant that asked) hears `abort` only once that record is durable.
-    pub fn presumed_abort(txid: TxId, waiter: WaiterId, now_ms: u64) -> (Tx, DecisionRecord) {
-        let decided = Decided {
-            decision: Decision::Abort,
-            reason: Some(PRESUMED_ABORT_REASON.to_string()),
-            decided_at_ms: now_ms,
-        };
-        let tx = Tx {
-            id: txid,
-            // No request body is known; `presumed` makes any body get this outcome.
-            digest: Digest(0),
-            created_at_ms: now_ms,
-            parts: Vec::new(),
-            phase: Phase::Deciding(decided.clone()),
-            waiters: vec![(waiter, WaitFor::Decision)],
-            presumed: true,
-        };
-        let record = tx.decision_record(&decided);
-        (tx, record)
-    }
-
-    /// Whether a client request with `digest` is this transaction's request (a retry) rather
-    /// than another request reusing the id. Any request matches a presumed abort: its body was
-    /// lost, and the id's outcome is settled either way.
-    pub fn accepts(&self, digest: Digest) -> bool {
-        self.presumed || self.digest == digest
     }
 
     /// A live transaction rebuilt from its decision record (recovery).
     pub fn from_decision(record: &DecisionRecord) -> Tx {
         Tx {
             id: record.txid.clone(),
+            attempt: record.attempt.clone(),
             digest: record.digest,
             created_at_ms: record.created_at_ms,
             parts: record
@@ -158,7 +125,6 @@ impl Tx {
                 decided_at_ms: record.decided_at_ms,
             }),
             waiters: Vec::new(),
-            presumed: record.presumed,
         }
     }
 }
@@ -174,6 +140,7 @@ pub fn outcome_of(decision: Decision) -> Outcome {
 pub fn response(tx: &Tx, decided: &Decided) -> TransactionResponse {
     TransactionResponse {
         id: tx.id.clone(),
+        gtid: tx.attempt.gtid.clone(),
         outcome: outcome_of(decided.decision),
         reason: decided.reason.clone(),
         participants: tx
@@ -192,6 +159,7 @@ pub fn response(tx: &Tx, decided: &Decided) -> TransactionResponse {
 pub fn retained_response(record: &DecisionRecord) -> TransactionResponse {
     TransactionResponse {
         id: record.txid.clone(),
+        gtid: record.attempt.gtid.clone(),
         outcome: outcome_of(record.decision),
         reason: record.reason.clone(),
         participants: record

@@ -2,22 +2,42 @@
 //! the counts the metrics show.
 
 use protocol::{
-    DecisionStatus, Outcome, ParticipantStatus, TransactionState, TransactionStatus, TxId,
+    DecisionQuery, DecisionStatus, GlobalTxId, Outcome, ParticipantStatus, TransactionState,
+    TransactionStatus, TxId,
 };
 
 use crate::engine::Engine;
 use crate::engine::tx::{Delivery, Phase, Tx, outcome_of};
 use crate::records::Retained;
 
-/// The answer to a participant's decision query, as far as the table knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecisionLookup {
-    /// Commit or abort (durable), or pending (not decided or not durable yet).
-    Known(DecisionStatus),
-    /// A presumed abort for this id is being logged: wait for it (`Event::UnknownIdQueried`).
-    PresumingAbort,
-    /// No record at all: presume abort, durably first (`Event::UnknownIdQueried`).
-    Unknown,
+/// The answer to a participant's decision query, and what the query showed about this log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionAnswer {
+    pub decision: DecisionStatus,
+    /// Why, for a presumed abort or an `unknown`.
+    pub reason: Option<String>,
+    /// The query proves this log is behind what participants have seen: the attempt was
+    /// prepared under a run this log does not hold (a restored backup, a rolled-back disk).
+    /// The runtime stops taking new work when it sees this.
+    pub behind: Option<String>,
+}
+
+impl DecisionAnswer {
+    fn known(decision: DecisionStatus) -> Self {
+        DecisionAnswer {
+            decision,
+            reason: None,
+            behind: None,
+        }
+    }
+
+    fn unknown(reason: String) -> Self {
+        DecisionAnswer {
+            decision: DecisionStatus::Unknown,
+            reason: Some(reason),
+            behind: None,
+        }
+    }
 }
 
 /// Counts for `/metrics`.
@@ -63,33 +83,116 @@ impl Engine {
         out
     }
 
-    /// What a participant in doubt can be told without writing anything. An id with no
-    /// record is `pending` here, not `abort`: presumed abort is only safe once a record of it
-    /// is durable (see `Event::UnknownIdQueried`), or a client retrying the id could start it
-    /// afresh and commit it while the participant acts on "abort".
-    pub fn decision_query(&self, txid: &TxId) -> DecisionStatus {
-        match self.decision_lookup(txid) {
-            DecisionLookup::Known(status) => status,
-            DecisionLookup::PresumingAbort | DecisionLookup::Unknown => DecisionStatus::Pending,
-        }
-    }
-
-    /// What is known about `txid` for a participant's decision query.
-    pub fn decision_lookup(&self, txid: &TxId) -> DecisionLookup {
-        if let Some(tx) = self.live.get(txid) {
-            return match &tx.phase {
-                Phase::Decided(decided) => DecisionLookup::Known(decided.decision.into()),
-                Phase::Deciding(_) if tx.presumed => DecisionLookup::PresumingAbort,
+    /// What a participant in doubt about attempt `query.gtid` of client id `txid` is told.
+    /// Pure and free: presumed abort needs no record, because an attempt's id is never given
+    /// out again, so nothing can commit it after "abort" was said.
+    ///
+    /// Presumed abort is given only where this log provably covers the question:
+    /// - an earlier run (incarnation) this log holds: that run ended before this one started
+    ///   on this log, so everything it made durable is here (recovery relies on the same fact
+    ///   when it aborts the attempts that run began and never decided). An attempt of it with
+    ///   no decision here was never decided: its Begin may be missing too (lost with the
+    ///   unsynced tail in a crash), and then so was any decision, which follows the Begin;
+    /// - this run, at a position it has given out: every such attempt is live (answered
+    ///   above) or ended and forgotten.
+    ///
+    /// Anything else is `unknown`. A run this log does not hold means the log was rolled back
+    /// (a restored copy of the data directory): `behind` says so. A position this run never
+    /// gave out, a gtid that is not this coordinator's, or no query at all cannot be proven
+    /// either way.
+    pub fn decision_for(&self, txid: &TxId, query: Option<&DecisionQuery>) -> DecisionAnswer {
+        let Some(query) = query else {
+            return DecisionAnswer::unknown(
+                "the query names no attempt (gtid, incarnation, epoch and position from the \
+                 prepare); only an attempt can be answered"
+                    .to_string(),
+            );
+        };
+        if let Some(tx) = self
+            .live
+            .get(txid)
+            .filter(|tx| tx.attempt.gtid == query.gtid)
+        {
+            return DecisionAnswer::known(match &tx.phase {
+                Phase::Decided(decided) => decided.decision.into(),
                 // Not durable yet (or unknowable after a log failure): ask again.
                 Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => {
-                    DecisionLookup::Known(DecisionStatus::Pending)
+                    DecisionStatus::Pending
                 }
+            });
+        }
+        if let Some(retained) = self
+            .retained
+            .get(txid)
+            .filter(|r| r.decision.attempt.gtid == query.gtid)
+        {
+            return DecisionAnswer::known(retained.decision.decision.into());
+        }
+        // The span alone would presume abort for an attempt that is still live under another
+        // client id (a participant that mixed up its ids), and its coming decision could be
+        // commit: never presume for an attempt that can still be decided.
+        if let Some(tx) = self.live.values().find(|tx| tx.attempt.gtid == query.gtid) {
+            return DecisionAnswer::unknown(format!(
+                "attempt {} belongs to transaction {}, not {txid}: ask with the id it was \
+                 prepared under",
+                query.gtid, tx.id
+            ));
+        }
+        let Some(identity) = &self.identity else {
+            return DecisionAnswer::unknown("the coordinator is recovering".to_string());
+        };
+        let composed =
+            GlobalTxId::compose(&identity.coordinator_id, query.incarnation, query.position);
+        if composed != query.gtid {
+            return DecisionAnswer::unknown(format!(
+                "attempt {} is not an attempt of coordinator {} begun as position {} of run {}",
+                query.gtid, identity.coordinator_id, query.position, query.incarnation
+            ));
+        }
+        let Some(span) = self.runs.get(&query.incarnation) else {
+            let mut answer = DecisionAnswer::unknown(format!(
+                "this coordinator's log holds no run {} (epoch {}): the attempt was begun by a \
+                 run whose log is gone (a restored backup or a rolled-back disk), so its \
+                 outcome cannot be known from here",
+                query.incarnation, query.epoch
+            ));
+            answer.behind = Some(format!(
+                "a participant prepared {} under run {} at epoch {}, which this log does not \
+                 hold (this run is {} at epoch {})",
+                query.gtid, query.incarnation, query.epoch, identity.incarnation, identity.epoch
+            ));
+            return answer;
+        };
+        let this_run = query.incarnation == identity.incarnation;
+        if !this_run || query.position <= span.reach {
+            let covered = if this_run {
+                format!("this run has given out positions up to {}", span.reach)
+            } else {
+                format!(
+                    "run {} ended before this one started on this log, which holds all it \
+                     made durable",
+                    query.incarnation
+                )
+            };
+            return DecisionAnswer {
+                decision: DecisionStatus::Abort,
+                reason: Some(format!(
+                    "presumed abort: {covered}, and no decision for {}",
+                    query.gtid
+                )),
+                behind: None,
             };
         }
-        match self.retained.get(txid) {
-            Some(retained) => DecisionLookup::Known(retained.decision.decision.into()),
-            None => DecisionLookup::Unknown,
-        }
+        DecisionAnswer::unknown(format!(
+            "attempt {} at position {} was never given out by this run (it has given out \
+             positions up to {})",
+            query.gtid, query.position, span.reach
+        ))
+    }
+
+    /// How far the log holds each run, oldest first (for `/readyz` details and tests).
+    pub fn runs(&self) -> impl Iterator<Item = &crate::records::RunSpan> {
+        self.runs.values()
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -145,6 +248,7 @@ fn live_status(tx: &Tx) -> TransactionStatus {
     };
     TransactionStatus {
         id: tx.id.clone(),
+        gtid: tx.attempt.gtid.clone(),
         state: live_state(tx),
         outcome,
         reason,
@@ -170,6 +274,7 @@ fn retained_status(retained: &Retained) -> TransactionStatus {
     let outcome = outcome_of(record.decision);
     TransactionStatus {
         id: record.txid.clone(),
+        gtid: record.attempt.gtid.clone(),
         state: match outcome {
             Outcome::Committed => TransactionState::Committed,
             Outcome::Aborted => TransactionState::Aborted,

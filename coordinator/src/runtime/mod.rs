@@ -22,17 +22,17 @@ use tokio::sync::oneshot;
 use tracing::{error, warn};
 
 use protocol::{
-    Decision, DecisionRequest, DecisionStatus, ParticipantName, PrepareRequest, TransactionState,
-    TransactionStatus, TxId, VoteKind,
+    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, DecisionStatus, GlobalTxId,
+    ParticipantName, PrepareRequest, TransactionState, TransactionStatus, TxId, VoteKind,
 };
 use wal::{Durability, RecordType, Wal};
 
 use crate::config::Config;
 use crate::engine::view::Gauges;
-use crate::engine::{Command, DecisionLookup, Engine, Event, Reply, WaitFor, WaiterId};
+use crate::engine::{Command, Engine, Event, Reply, WaitFor, WaiterId};
 use crate::http_client::Endpoint;
 use crate::metrics::Metrics;
-use crate::records::{EpochRecord, LogRecord};
+use crate::records::{Attempt, EpochRecord, LogRecord};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
@@ -58,17 +58,10 @@ pub struct Core {
     metrics: Arc<Metrics>,
     /// Set while recovery issues its resends (for the `coordinator::during_recovery` point).
     recovering: AtomicBool,
-}
-
-/// Why a participant's decision query got no decision.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueryError {
-    /// The log failed: a presumed abort could not be made durable, so none is told.
-    #[error("the log failed: {0}")]
-    LogFailed(String),
-    /// The process is stopping before the answer was durable.
-    #[error("the coordinator is shutting down")]
-    ShuttingDown,
+    /// Mirrors `Engine::behind` so the hot path checks a flag, not the engine lock. Once set
+    /// (by evidence from participants, or from the log at start) it is never cleared: new work
+    /// is refused; decisions already in the log are still delivered and answered.
+    behind: AtomicBool,
 }
 
 /// A new transaction, checked by the API.
@@ -109,6 +102,47 @@ impl Core {
         self.participants.contains_key(name)
     }
 
+    /// Why this coordinator takes no new work, if it learned that its log is behind.
+    pub fn log_behind(&self) -> Option<String> {
+        if !self.behind.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.lock_engine().behind().map(|b| b.evidence.clone())
+    }
+
+    /// Records proof that this log is behind what a participant saw (durably, the first time),
+    /// and says so loudly. From here on new transactions are refused (503 `log_behind`) and
+    /// `/readyz` is 503, across restarts: the safe procedures are in docs/operations.md
+    /// ("Restores and rolled-back logs").
+    pub fn note_behind(&self, evidence: String) {
+        let first = {
+            let mut engine = self.lock_engine();
+            let record = engine.note_behind(evidence.clone(), now_ms());
+            if let Some(record) = &record {
+                // Submitted under the lock like every append; nobody waits on it: losing it in
+                // a crash only means learning it again.
+                drop(self.wal.submit(
+                    RecordType(record.record_type()),
+                    record.encode(),
+                    Durability::Forced,
+                ));
+            }
+            record.is_some()
+        };
+        self.behind.store(true, Ordering::Relaxed);
+        self.metrics.log_behind.store(1, Ordering::Relaxed);
+        if !first {
+            // Said at error level once per run (and at every start); more evidence is detail.
+            warn!(evidence = %evidence, "more evidence that this log is behind");
+            return;
+        }
+        error!(coordinator_id = %self.identity.coordinator_id, epoch = %self.identity.epoch,
+               incarnation = %self.identity.incarnation, evidence = %evidence,
+               "LOG BEHIND: participants have seen a run of this coordinator that this log \
+                does not hold (was the data directory restored from a backup?); refusing new \
+                transactions; see docs/operations.md, \"Restores and rolled-back logs\"");
+    }
+
     /// Starts (or joins) a transaction and waits for the answer the request asked for.
     /// `None` means the process is shutting down before an answer came.
     pub async fn submit(self: &Arc<Self>, tx: NewTransaction) -> Option<Reply> {
@@ -135,52 +169,37 @@ impl Core {
         self.lock_engine().list(state, limit)
     }
 
-    /// What a participant in doubt is told about `txid`. An id with no record gets a presumed
-    /// abort, logged (forced) before it is answered, so that a client retrying the id later
-    /// finds it aborted instead of starting it again while the participant aborts; queries
-    /// for the same id while that record is in flight share it.
-    pub async fn decision_query(
-        self: &Arc<Self>,
+    /// What a participant in doubt about an attempt of `txid` is told (see
+    /// `Engine::decision_for`). Nothing is written: an attempt's id is never reused, so a
+    /// presumed abort cannot be contradicted later.
+    pub fn decision_query(
+        &self,
         txid: &TxId,
-    ) -> Result<DecisionStatus, QueryError> {
-        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = oneshot::channel();
-        self.lock_waiters().insert(waiter, sender);
-        let mut known = None;
-        self.apply_with(|engine| match engine.decision_lookup(txid) {
-            DecisionLookup::Known(status) => {
-                known = Some(Ok(status));
-                Vec::new()
-            }
-            // A poisoned log cannot make the presumption durable: an unlogged abort is the
-            // bug this avoids, so say nothing rather than something undurable.
-            DecisionLookup::Unknown if self.wal.is_poisoned() => {
-                known = Some(Err(QueryError::LogFailed(
-                    "the log is poisoned; cannot record a presumed abort".to_string(),
-                )));
-                Vec::new()
-            }
-            DecisionLookup::Unknown | DecisionLookup::PresumingAbort => {
-                engine.step(Event::UnknownIdQueried {
-                    waiter,
-                    txid: txid.clone(),
-                    now_ms: now_ms(),
-                })
-            }
-        });
-        if let Some(answer) = known {
-            self.lock_waiters().remove(&waiter);
-            return answer;
+        query: Option<&DecisionQuery>,
+    ) -> DecisionQueryResponse {
+        let answer = self.lock_engine().decision_for(txid, query);
+        if let Some(evidence) = answer.behind {
+            self.note_behind(evidence);
         }
-        match receiver.await {
-            Ok(Reply::Outcome(response)) => Ok(match response.outcome {
-                protocol::Outcome::Committed => DecisionStatus::Commit,
-                protocol::Outcome::Aborted => DecisionStatus::Abort,
-            }),
-            Ok(Reply::LogFailed { error }) => Err(QueryError::LogFailed(error)),
-            // Not a reply the engine gives a query; "ask again" is always safe.
-            Ok(Reply::Conflict { .. }) => Ok(DecisionStatus::Pending),
-            Err(_) => Err(QueryError::ShuttingDown),
+        match answer.decision {
+            // Only a presumed abort comes with a reason; a recorded one is plain.
+            DecisionStatus::Abort if answer.reason.is_some() => {
+                self.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
+            }
+            DecisionStatus::Unknown => {
+                self.metrics.unknown_answers.fetch_add(1, Ordering::Relaxed);
+                warn!(%txid, gtid = query.map_or("", |q| q.gtid.as_str()),
+                      reason = answer.reason.as_deref().unwrap_or(""),
+                      "decision query answered unknown");
+            }
+            DecisionStatus::Abort | DecisionStatus::Commit | DecisionStatus::Pending => {}
+        }
+        DecisionQueryResponse {
+            decision: answer.decision,
+            coordinator_id: Some(self.identity.coordinator_id.clone()),
+            epoch: Some(self.identity.epoch),
+            incarnation: Some(self.identity.incarnation),
+            reason: answer.reason,
         }
     }
 
@@ -224,7 +243,10 @@ impl Core {
                         match record {
                             LogRecord::Begin(_) => crash_point!("coordinator::before_first_record"),
                             LogRecord::End(_) => crash_point!("coordinator::before_end_record"),
-                            LogRecord::Epoch(_) | LogRecord::Decision(_) | LogRecord::Ack(_) => {}
+                            LogRecord::Epoch(_)
+                            | LogRecord::Decision(_)
+                            | LogRecord::Ack(_)
+                            | LogRecord::Behind(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),
@@ -236,21 +258,14 @@ impl Core {
                         drop(ticket);
                     }
                     Command::AppendDecision(decision) => {
-                        if !decision.presumed {
-                            crash_point!("coordinator::before_decision_durable");
-                        }
+                        crash_point!("coordinator::before_decision_durable");
                         let record = LogRecord::Decision(decision.clone());
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),
                             record.encode(),
                             Durability::Forced,
                         );
-                        decisions.push((
-                            decision.txid.clone(),
-                            decision.decision,
-                            decision.presumed,
-                            ticket,
-                        ));
+                        decisions.push((decision.txid.clone(), decision.decision, ticket));
                     }
                     Command::SendPrepare { .. }
                     | Command::ArmPrepareDeadline { .. }
@@ -264,21 +279,11 @@ impl Core {
         for command in commands {
             self.execute(command);
         }
-        for (txid, decision, presumed, ticket) in decisions {
+        for (txid, decision, ticket) in decisions {
             let core = Arc::clone(self);
             let submitted = Instant::now();
             tokio::spawn(async move {
                 match ticket.wait().await {
-                    Ok(_) if presumed => {
-                        core.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
-                        warn!(
-                            %txid,
-                            "presumed abort made durable: a participant asked about an id \
-                                 this coordinator has no record of (its start was lost in a \
-                                 crash); the id stays aborted"
-                        );
-                        core.apply(Event::DecisionDurable { txid });
-                    }
                     Ok(_) => {
                         core.metrics.decision_fsync.observe(submitted.elapsed());
                         crash_point!("coordinator::after_decision_durable");
@@ -320,11 +325,18 @@ impl Core {
             Command::AppendLazy(_) | Command::AppendDecision(_) => {}
             Command::SendPrepare {
                 txid,
+                attempt,
                 participant,
                 payload,
                 timeout_ms,
             } => {
-                tokio::spawn(Arc::clone(self).prepare(txid, participant, payload, timeout_ms));
+                tokio::spawn(Arc::clone(self).prepare(
+                    txid,
+                    attempt,
+                    participant,
+                    payload,
+                    timeout_ms,
+                ));
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
                 let core = Arc::clone(self);
@@ -338,6 +350,7 @@ impl Core {
             }
             Command::SendDecision {
                 txid,
+                gtid,
                 participant,
                 decision,
                 attempt,
@@ -345,6 +358,7 @@ impl Core {
                 let from_recovery = self.recovering.load(Ordering::Relaxed);
                 tokio::spawn(Arc::clone(self).deliver(
                     txid,
+                    gtid,
                     participant,
                     decision,
                     attempt,
@@ -374,6 +388,7 @@ impl Core {
     async fn prepare(
         self: Arc<Self>,
         txid: TxId,
+        attempt: Attempt,
         participant: ParticipantName,
         payload: serde_json::Value,
         timeout_ms: u64,
@@ -383,11 +398,20 @@ impl Core {
             Some(endpoint) => {
                 let request = PrepareRequest {
                     txid: txid.clone(),
+                    gtid: attempt.gtid,
                     coordinator_id: self.identity.coordinator_id.clone(),
                     epoch: self.identity.epoch,
+                    incarnation: self.identity.incarnation,
+                    position: attempt.position,
                     payload,
                 };
-                participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms)).await
+                let outcome =
+                    participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms))
+                        .await;
+                if let Some(fenced) = outcome.fenced {
+                    self.note_behind(format!("{participant} refused a prepare: {fenced}"));
+                }
+                (outcome.vote, outcome.reason)
             }
             None => (
                 VoteKind::Error,
@@ -414,6 +438,7 @@ impl Core {
     async fn deliver(
         self: Arc<Self>,
         txid: TxId,
+        gtid: GlobalTxId,
         participant: ParticipantName,
         decision: Decision,
         attempt: u32,
@@ -428,8 +453,10 @@ impl Core {
             Some(endpoint) => {
                 let request = DecisionRequest {
                     txid: txid.clone(),
+                    gtid,
                     coordinator_id: self.identity.coordinator_id.clone(),
                     epoch: self.identity.epoch,
+                    incarnation: self.identity.incarnation,
                 };
                 participants::deliver(
                     endpoint,
@@ -459,13 +486,14 @@ impl Core {
             }
             Err(e) => {
                 match &e {
-                    DeliveryError::StaleEpoch(_) => {
+                    DeliveryError::StaleEpoch(_) | DeliveryError::IncarnationConflict(_) => {
                         self.metrics
                             .stale_epoch_answers
                             .fetch_add(1, Ordering::Relaxed);
                         error!(%txid, %participant, ?decision, attempt, epoch = %self.identity.epoch, error = %e,
-                            "STALE EPOCH: a participant has seen a newer incarnation of this coordinator id; \
+                            "FENCED: a participant has seen a newer or another run of this coordinator id; \
                              is another coordinator running on a copy of this data directory? delivery stays pending");
+                        self.note_behind(format!("{participant} refused a {decision:?}: {e}"));
                     }
                     DeliveryError::NotPrepared(_) => {
                         error!(%txid, %participant, ?decision, attempt, error = %e,

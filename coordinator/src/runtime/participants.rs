@@ -19,6 +19,8 @@ pub enum DeliveryError {
     Transport(String),
     #[error("participant says our epoch is stale: {0}")]
     StaleEpoch(String),
+    #[error("participant says another run of this coordinator already had our epoch: {0}")]
+    IncarnationConflict(String),
     #[error("participant never prepared this transaction (not_prepared): {0}")]
     NotPrepared(String),
     #[error("HTTP {status}: {body}")]
@@ -39,27 +41,79 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
+/// A participant's answer that fences this coordinator out (`stale_epoch`,
+/// `incarnation_conflict`): proof that this run's log is behind what that participant saw.
+pub fn fenced(status: u16, body: &[u8]) -> Option<String> {
+    if status == 200 {
+        return None;
+    }
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(error)
+            if matches!(
+                error.error,
+                ErrorCode::StaleEpoch | ErrorCode::IncarnationConflict
+            ) =>
+        {
+            Some(format!("{}: {}", error.error, error.message))
+        }
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// What a prepare came back with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareOutcome {
+    pub vote: VoteKind,
+    pub reason: Option<String>,
+    /// Set when the participant fenced this run out (see [`fenced`]).
+    pub fenced: Option<String>,
+}
+
 /// Sends a prepare and turns whatever comes back into a vote. Only a 200 with a well-formed
 /// `{"vote":"yes"}` is a yes.
 pub async fn prepare(
     endpoint: &Endpoint,
     request: &PrepareRequest,
     timeout: Duration,
-) -> (VoteKind, Option<String>) {
-    let json = match serde_json::to_vec(request) {
-        Ok(json) => json,
-        Err(e) => {
-            return (
-                VoteKind::Error,
-                Some(format!("cannot encode the prepare: {e}")),
-            );
+) -> PrepareOutcome {
+    let answer = prepare_call(endpoint, request, timeout).await;
+    match answer {
+        Ok(answer) => {
+            let fenced = fenced(answer.status, &answer.body);
+            let (vote, reason) = vote_of(&answer);
+            PrepareOutcome {
+                vote,
+                reason,
+                fenced,
+            }
         }
-    };
-    let answer = match endpoint.post_json(routes::PREPARE, json, timeout).await {
-        Ok(answer) => answer,
-        Err(CallError::Timeout(_)) => return (VoteKind::Timeout, None),
-        Err(e) => return (VoteKind::Error, Some(e.to_string())),
-    };
+        Err((vote, reason)) => PrepareOutcome {
+            vote,
+            reason,
+            fenced: None,
+        },
+    }
+}
+
+async fn prepare_call(
+    endpoint: &Endpoint,
+    request: &PrepareRequest,
+    timeout: Duration,
+) -> Result<Answer, (VoteKind, Option<String>)> {
+    let json = serde_json::to_vec(request).map_err(|e| {
+        (
+            VoteKind::Error,
+            Some(format!("cannot encode the prepare: {e}")),
+        )
+    })?;
+    match endpoint.post_json(routes::PREPARE, json, timeout).await {
+        Ok(answer) => Ok(answer),
+        Err(CallError::Timeout(_)) => Err((VoteKind::Timeout, None)),
+        Err(e) => Err((VoteKind::Error, Some(e.to_string()))),
+    }
+}
+
+fn vote_of(answer: &Answer) -> (VoteKind, Option<String>) {
     if answer.status != 200 {
         let text = String::from_utf8_lossy(&answer.body);
         return (
@@ -105,6 +159,9 @@ pub async fn deliver(
     match serde_json::from_slice::<ErrorBody>(&body) {
         Ok(error) if error.error == ErrorCode::StaleEpoch => {
             Err(DeliveryError::StaleEpoch(error.message))
+        }
+        Ok(error) if error.error == ErrorCode::IncarnationConflict => {
+            Err(DeliveryError::IncarnationConflict(error.message))
         }
         Ok(error) if error.error == ErrorCode::NotPrepared => {
             Err(DeliveryError::NotPrepared(error.message))

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{info, warn};
 
-use protocol::{CoordinatorId, Epoch};
+use protocol::{CoordinatorId, Epoch, Incarnation};
 use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalError, WalOptions};
 
 use crate::config::Config;
@@ -38,6 +38,18 @@ pub enum StartError {
 }
 
 /// A fresh identity for a new data directory: a wiped directory is a new coordinator.
+/// A random incarnation for this start, never one the log already holds. Random rather than
+/// counted: a run started on a restored copy of the log must not repeat the incarnation of the
+/// run whose log was lost, and a counter in that log would repeat it.
+fn new_incarnation(engine: &Engine) -> Incarnation {
+    loop {
+        let candidate = Incarnation(fastrand::u64(..) ^ std::process::id() as u64);
+        if !engine.runs().any(|span| span.incarnation == candidate) {
+            return candidate;
+        }
+    }
+}
+
 fn new_coordinator_id() -> Result<CoordinatorId, StartError> {
     CoordinatorId::new(format!("c-{:016x}", fastrand::u64(..))).map_err(StartError::Identity)
 }
@@ -103,14 +115,17 @@ pub async fn recover_on(
         snapshot,
         records,
     );
+    let incarnation = new_incarnation(&replayed.engine);
     let identity = match replayed.identity {
         Some(last) => EpochRecord {
             coordinator_id: last.coordinator_id,
             epoch: last.epoch.next(),
+            incarnation,
         },
         None => EpochRecord {
             coordinator_id: new_coordinator_id()?,
             epoch: Epoch(1),
+            incarnation,
         },
     };
     // The new epoch is durable before any message carries it: a participant that saw it must
@@ -147,8 +162,20 @@ pub async fn recover_on(
         config: config.clone(),
         metrics,
         recovering: AtomicBool::new(true),
+        behind: AtomicBool::new(false),
     });
-    core.apply(Event::RecoveryDone { now_ms: now_ms() });
+    if let Some(behind) = core.lock_engine().behind() {
+        core.behind.store(true, Ordering::Relaxed);
+        core.metrics.log_behind.store(1, Ordering::Relaxed);
+        tracing::error!(evidence = %behind.evidence, at_ms = behind.at_ms,
+            "LOG BEHIND (recorded in the log): participants proved this log is behind what they \
+             saw; refusing new transactions; see docs/operations.md, \"Restores and rolled-back \
+             logs\"");
+    }
+    core.apply(Event::RecoveryDone {
+        now_ms: now_ms(),
+        identity: core.identity.clone(),
+    });
     core.recovering.store(false, Ordering::Relaxed);
     Ok(core)
 }

@@ -1,49 +1,72 @@
 //! The runtime's ordering promises, on the WAL's simulated storage: no client answer and no
 //! phase-two message before the decision is durable, and none at all if it never becomes
-//! durable.
+//! durable; decision queries answered without writing anything; and a participant that fences
+//! this run out stops it taking new work.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::http::StatusCode;
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use protocol::{Outcome, ParticipantName, TxId};
+use protocol::{
+    DecisionQuery, DecisionStatus, Epoch, GlobalTxId, Incarnation, Outcome, ParticipantName, TxId,
+};
 
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::engine::{Reply, WaitFor};
 use crate::metrics::Metrics;
-use crate::runtime::{NewTransaction, QueryError, recover_on};
+use crate::runtime::{Core, NewTransaction, recover_on};
 
 type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
 
-/// A participant that votes yes, acks, and notes when each message arrived.
-async fn participant(log: Log) -> String {
-    let on = |route: &'static str, answer: Value| {
+/// The answers a stub participant gives: to prepares, and to commits and aborts.
+#[derive(Debug, Clone)]
+struct Answers {
+    prepare: (StatusCode, Value),
+    decision: (StatusCode, Value),
+}
+
+fn cooperative() -> Answers {
+    Answers {
+        prepare: (StatusCode::OK, json!({"vote": "yes"})),
+        decision: (StatusCode::OK, json!({"ack": true})),
+    }
+}
+
+/// A participant that answers as told and notes when each message arrived.
+async fn participant(log: Log, answers: Answers) -> String {
+    let on = |route: &'static str, (status, answer): (StatusCode, Value)| {
         let log = Arc::clone(&log);
         post(move || async move {
             log.lock().unwrap().push((route, Instant::now()));
-            axum::Json(answer)
+            (status, axum::Json(answer))
         })
     };
     let app = Router::new()
-        .route("/2pc/prepare", on("prepare", json!({"vote": "yes"})))
-        .route("/2pc/commit", on("commit", json!({"ack": true})))
-        .route("/2pc/abort", on("abort", json!({"ack": true})));
+        .route("/2pc/prepare", on("prepare", answers.prepare))
+        .route("/2pc/commit", on("commit", answers.decision.clone()))
+        .route("/2pc/abort", on("abort", answers.decision));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     url
 }
 
-async fn setup() -> (Arc<crate::runtime::Core>, Arc<wal::sim::SimStorage>, Log) {
+async fn setup_with(
+    answers: Answers,
+    retained_max: usize,
+) -> (Arc<Core>, Arc<wal::sim::SimStorage>, Log) {
     let log: Log = Arc::default();
-    let url = participant(Arc::clone(&log)).await;
-    let participants: BTreeMap<_, _> = [(ParticipantName::new("a").unwrap(), url)].into();
-    let config = Config::for_tests("/sim/c".into(), participants);
+    let url = participant(Arc::clone(&log), answers).await;
+    let participants: BTreeMap<_, _> = [(ParticipantName::new("inventory").unwrap(), url)].into();
+    let mut config = Config::for_tests("/sim/c".into(), participants);
+    config.retained_max = retained_max;
     let storage = Arc::new(wal::sim::SimStorage::new());
     let core = recover_on(storage.clone(), &config, Arc::new(Metrics::default()))
         .await
@@ -51,13 +74,43 @@ async fn setup() -> (Arc<crate::runtime::Core>, Arc<wal::sim::SimStorage>, Log) 
     (core, storage, log)
 }
 
+async fn setup() -> (Arc<Core>, Arc<wal::sim::SimStorage>, Log) {
+    setup_with(cooperative(), crate::config::defaults::RETAINED_MAX).await
+}
+
 fn one(txid: &str) -> NewTransaction {
     NewTransaction {
         txid: TxId::new(txid).unwrap(),
         digest: Digest(1),
-        participants: vec![(ParticipantName::new("a").unwrap(), json!({}))],
+        participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
         timeout_ms: 5_000,
         wait: WaitFor::Decision,
+    }
+}
+
+/// The query a participant prepared for attempt `gtid` of `core` sends.
+fn query_of(core: &Core, gtid: &GlobalTxId) -> DecisionQuery {
+    let (_, incarnation, position) = gtid.parts().unwrap();
+    DecisionQuery {
+        gtid: gtid.clone(),
+        incarnation,
+        epoch: core.identity().epoch,
+        position,
+    }
+}
+
+/// The attempt at `position` of this run, whether or not it was begun.
+fn attempt_at(core: &Core, position: u64) -> DecisionQuery {
+    let identity = core.identity();
+    let gtid = GlobalTxId::compose(&identity.coordinator_id, identity.incarnation, position);
+    query_of(core, &gtid)
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -72,15 +125,10 @@ async fn nobody_hears_the_decision_before_its_fsync() {
         panic!("{reply:?}");
     };
     assert_eq!(response.outcome, Outcome::Committed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !log.lock().unwrap().iter().any(|(r, _)| *r == "commit") {
-        assert!(
-            Instant::now() < deadline,
-            "no commit: {:?}",
-            log.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until("the commit", || {
+        log.lock().unwrap().iter().any(|(r, _)| *r == "commit")
+    })
+    .await;
     let log = log.lock().unwrap().clone();
     let voted = log.iter().find(|(r, _)| *r == "prepare").unwrap().1;
     let committed = log.iter().find(|(r, _)| *r == "commit").unwrap().1;
@@ -107,53 +155,252 @@ async fn a_decision_that_never_becomes_durable_is_never_sent() {
     let routes: Vec<_> = log.lock().unwrap().iter().map(|(r, _)| *r).collect();
     assert_eq!(routes, ["prepare"]);
     assert!(core.is_poisoned());
+    let txid = TxId::new("t-bad-disk").unwrap();
+    let gtid = core.status(&txid).unwrap().gtid;
     assert_eq!(
-        core.decision_query(&TxId::new("t-bad-disk").unwrap()).await,
-        Ok(protocol::DecisionStatus::Pending)
+        core.decision_query(&txid, Some(&query_of(&core, &gtid)))
+            .decision,
+        DecisionStatus::Pending
     );
-    // An id with no record: an abort that could not be logged is never said.
-    assert!(matches!(
-        core.decision_query(&TxId::new("t-never-seen").unwrap())
-            .await,
-        Err(QueryError::LogFailed(_))
-    ));
+    // An attempt this run never began: unknown, never a guessed abort.
+    assert_eq!(
+        core.decision_query(
+            &TxId::new("t-never-seen").unwrap(),
+            Some(&attempt_at(&core, 2))
+        )
+        .decision,
+        DecisionStatus::Unknown
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_presumed_abort_is_durable_before_it_is_answered_and_settles_the_id() {
-    let (core, storage, log) = setup().await;
-    let sync_delay = Duration::from_millis(300);
-    storage.set_sync_delay(sync_delay);
-    let lost = TxId::new("t-lost").unwrap();
-    let records_before = core.wal_stats().records_appended;
-    let asked = Instant::now();
-    // Two participants in doubt ask at once: one record, both hear abort after its fsync.
-    let (first, second) = tokio::join!(core.decision_query(&lost), core.decision_query(&lost));
-    assert_eq!(first, Ok(protocol::DecisionStatus::Abort));
-    assert_eq!(second, Ok(protocol::DecisionStatus::Abort));
-    assert!(asked.elapsed() >= sync_delay, "abort said before its fsync");
-    assert_eq!(
-        core.metrics()
-            .presumed_aborts
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
-    // The decision and the (lazy) End: no second decision for the second query.
-    let appended = || core.wal_stats().records_appended - records_before;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while appended() < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+async fn a_presumed_abort_writes_nothing_and_is_given_only_inside_the_logs_span() {
+    // retained_max 1: t-1's outcome is forgotten once t-2 ends.
+    let (core, _storage, log) = setup_with(cooperative(), 1).await;
+    let acked = |txid: &str| NewTransaction {
+        wait: WaitFor::Acked,
+        ..one(txid)
+    };
+    let mut gtids = Vec::new();
+    for txid in ["t-1", "t-2"] {
+        let reply = core.submit(acked(txid)).await.unwrap();
+        let Reply::Outcome(response) = reply else {
+            panic!("{reply:?}");
+        };
+        assert_eq!(response.outcome, Outcome::Committed);
+        gtids.push(response.gtid);
     }
-    assert_eq!(appended(), 2);
-    // The client retrying the id, with any body: the recorded abort, and no prepare is sent.
-    let reply = core.submit(one("t-lost")).await.unwrap();
-    let Reply::Outcome(response) = reply else {
+    let t1 = TxId::new("t-1").unwrap();
+    assert!(core.status(&t1).is_none(), "t-1 is forgotten");
+    // The epoch record, then Begin, Decision and End for each (the last ack is in the End).
+    until("every record written", || {
+        core.wal_stats().records_appended == 7
+    })
+    .await;
+    let metrics = core.metrics();
+
+    let covered = core.decision_query(&t1, Some(&query_of(&core, &gtids[0])));
+    assert_eq!(covered.decision, DecisionStatus::Abort, "{covered:?}");
+    assert!(
+        covered
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("presumed abort")),
+        "{covered:?}"
+    );
+    assert_eq!(
+        (
+            covered.coordinator_id.as_ref(),
+            covered.epoch,
+            covered.incarnation
+        ),
+        (
+            Some(&core.identity().coordinator_id),
+            Some(core.identity().epoch),
+            Some(core.identity().incarnation)
+        )
+    );
+    assert_eq!(metrics.presumed_aborts.load(Ordering::Relaxed), 1);
+    // Past what the log holds of this run (2 attempts): unknown.
+    let past = core.decision_query(&TxId::new("t-3").unwrap(), Some(&attempt_at(&core, 3)));
+    assert_eq!(past.decision, DecisionStatus::Unknown, "{past:?}");
+    assert_eq!(metrics.unknown_answers.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        core.log_behind(),
+        None,
+        "a position past the reach proves nothing"
+    );
+    // Nothing was logged for either answer.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(core.wal_stats().records_appended, 7);
+
+    // The client reuses t-1 with another body: a new attempt with a new id, which commits;
+    // the first attempt's participants still hear abort, never the second attempt's commit.
+    let reply = core
+        .submit(NewTransaction {
+            digest: Digest(2),
+            ..acked("t-1")
+        })
+        .await
+        .unwrap();
+    let Reply::Outcome(again) = reply else {
         panic!("{reply:?}");
     };
-    assert_eq!(response.outcome, Outcome::Aborted);
+    assert_eq!(again.outcome, Outcome::Committed);
+    assert!(!gtids.contains(&again.gtid), "{} reused", again.gtid);
     assert_eq!(
-        response.reason.as_deref(),
-        Some(crate::engine::PRESUMED_ABORT_REASON)
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, _)| *r == "prepare")
+            .count(),
+        3
     );
-    assert!(log.lock().unwrap().is_empty(), "{:?}", log.lock().unwrap());
+    assert_eq!(
+        core.decision_query(&t1, Some(&query_of(&core, &again.gtid)))
+            .decision,
+        DecisionStatus::Commit
+    );
+    assert_eq!(
+        core.decision_query(&t1, Some(&query_of(&core, &gtids[0])))
+            .decision,
+        DecisionStatus::Abort
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_naming_a_run_this_log_does_not_hold_sets_log_behind_for_good() {
+    let (core, storage, _log) = setup().await;
+    let config = core.config().clone();
+    let lost = Incarnation(core.identity().incarnation.0 ^ 1);
+    let gtid = GlobalTxId::compose(&core.identity().coordinator_id, lost, 5);
+    let query = DecisionQuery {
+        gtid: gtid.clone(),
+        incarnation: lost,
+        epoch: Epoch(7),
+        position: 5,
+    };
+    let answer = core.decision_query(&TxId::new("t").unwrap(), Some(&query));
+    assert_eq!(answer.decision, DecisionStatus::Unknown);
+    let evidence = core.log_behind().expect("the log is behind");
+    assert!(evidence.contains(gtid.as_str()), "{evidence}");
+    assert_eq!(core.metrics().log_behind.load(Ordering::Relaxed), 1);
+    // The first evidence stays: a second proof does not replace it.
+    core.note_behind("later evidence".to_string());
+    assert_eq!(core.log_behind(), Some(evidence.clone()));
+
+    // The proof is in the log: a restart (whose higher epoch participants would accept) still
+    // refuses new work, with the same evidence.
+    let closing = Arc::clone(&core);
+    tokio::task::spawn_blocking(move || closing.close_log())
+        .await
+        .unwrap();
+    storage.crash(wal::sim::Unsynced::Drop);
+    storage.reboot();
+    let metrics = Arc::new(Metrics::default());
+    let restarted = recover_on(storage.clone(), &config, Arc::clone(&metrics))
+        .await
+        .unwrap();
+    assert!(restarted.identity().epoch > core.identity().epoch);
+    assert_eq!(restarted.log_behind(), Some(evidence));
+    assert_eq!(metrics.log_behind.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_that_fences_this_run_out_sets_log_behind() {
+    let refuse = |code: &str| {
+        (
+            StatusCode::CONFLICT,
+            json!({"error": code, "message": "seen run 00000000000000ff at epoch 9"}),
+        )
+    };
+    let ok = cooperative();
+    // (what, answers, the evidence names)
+    let cases = [
+        (
+            "a prepare refused with incarnation_conflict",
+            Answers {
+                prepare: refuse("incarnation_conflict"),
+                ..ok.clone()
+            },
+            Some("incarnation_conflict: seen run"),
+        ),
+        (
+            "a prepare refused with stale_epoch",
+            Answers {
+                prepare: refuse("stale_epoch"),
+                ..ok.clone()
+            },
+            Some("stale_epoch: seen run"),
+        ),
+        (
+            "a commit refused with stale_epoch",
+            Answers {
+                decision: refuse("stale_epoch"),
+                ..ok.clone()
+            },
+            Some("Commit: participant says our epoch is stale: seen run"),
+        ),
+        (
+            "a commit refused with incarnation_conflict",
+            Answers {
+                decision: refuse("incarnation_conflict"),
+                ..ok.clone()
+            },
+            Some(
+                "Commit: participant says another run of this coordinator already had our epoch: seen run",
+            ),
+        ),
+        (
+            "a prepare refused with another 409 proves nothing",
+            Answers {
+                prepare: refuse("not_prepared"),
+                ..ok.clone()
+            },
+            None,
+        ),
+        (
+            "a prepare answered 500 proves nothing",
+            Answers {
+                prepare: (StatusCode::INTERNAL_SERVER_ERROR, json!({"oops": 1})),
+                ..ok.clone()
+            },
+            None,
+        ),
+    ];
+    for (what, answers, evidence) in cases {
+        let commits = answers.prepare.0 == StatusCode::OK;
+        let (core, _storage, log) = setup_with(answers, 10).await;
+        let reply = core.submit(one("t-fenced")).await.unwrap();
+        let Reply::Outcome(response) = reply else {
+            panic!("{what}: {reply:?}");
+        };
+        let expected = if commits {
+            Outcome::Committed
+        } else {
+            Outcome::Aborted
+        };
+        assert_eq!(response.outcome, expected, "{what}");
+        // Phase two is under way (or done) once a decision message arrived.
+        until(what, || {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|(r, _)| *r == "commit" || *r == "abort")
+        })
+        .await;
+        match evidence {
+            Some(names) => {
+                until(what, || core.log_behind().is_some()).await;
+                let got = core.log_behind().unwrap_or_default();
+                assert!(got.contains(names), "{what}: {got}");
+                assert!(got.starts_with("inventory refused"), "{what}: {got}");
+                assert_eq!(core.metrics().log_behind.load(Ordering::Relaxed), 1);
+            }
+            None => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                assert_eq!(core.log_behind(), None, "{what}");
+            }
+        }
+    }
 }

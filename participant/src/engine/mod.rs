@@ -5,7 +5,8 @@
 //! before the reply that depends on them). A simulation can drive it with no sockets and no disk.
 //!
 //! The engine owns the resource, the prepared set with its key locks, the tombstones and the
-//! highest epoch per coordinator id. It never decides a transaction's outcome by itself: a
+//! highest epoch per coordinator id (with the coordinator run, its incarnation, that claimed
+//! it). Attempts are keyed by their global id, never by the client's id. It never decides a transaction's outcome by itself: a
 //! prepared transaction leaves the prepared set only through a commit or abort from the
 //! coordinator, or through the coordinator's answer to a decision query.
 
@@ -17,14 +18,17 @@ mod types;
 use std::collections::BTreeMap;
 
 use protocol::kv::PreparedEntry;
-use protocol::{CoordinatorId, Epoch, TxId};
+use protocol::{CoordinatorId, GlobalTxId, Incarnation};
 
 use crate::locks::Locks;
+use crate::record::Fence;
 use crate::resource::Resource;
 use crate::tombstones::Tombstones;
 
 pub use crate::rejection::Rejection;
 pub use in_doubt::backoff_ms;
+pub(crate) use phases::Sender;
+pub(crate) use replay::LoggedPrepare;
 pub use types::{Command, EngineConfig, Event, PreparedTx, ReplayError, Reply};
 
 /// The participant state machine.
@@ -32,10 +36,10 @@ pub use types::{Command, EngineConfig, Event, PreparedTx, ReplayError, Reply};
 pub struct Engine<R: Resource> {
     pub(crate) config: EngineConfig,
     pub(crate) resource: R,
-    pub(crate) prepared: BTreeMap<TxId, PreparedTx<R::Staged>>,
+    pub(crate) prepared: BTreeMap<GlobalTxId, PreparedTx<R::Staged>>,
     pub(crate) locks: Locks,
     pub(crate) tombstones: Tombstones,
-    pub(crate) epochs: BTreeMap<CoordinatorId, Epoch>,
+    pub(crate) epochs: BTreeMap<CoordinatorId, Fence>,
 }
 
 impl<R: Resource> Engine<R> {
@@ -71,18 +75,23 @@ impl<R: Resource> Engine<R> {
         self.tombstones.len()
     }
 
-    pub fn highest_epoch(&self, coordinator_id: &CoordinatorId) -> Option<Epoch> {
+    /// The highest epoch seen from `coordinator_id`, with the run that claimed it.
+    pub fn highest_epoch(&self, coordinator_id: &CoordinatorId) -> Option<Fence> {
         self.epochs.get(coordinator_id).copied()
     }
 
-    /// The in-doubt transactions, by txid.
+    /// The in-doubt attempts, by global id.
     pub fn prepared_list(&self) -> Vec<PreparedEntry> {
         self.prepared
             .iter()
-            .map(|(txid, p)| PreparedEntry {
-                txid: txid.clone(),
+            .map(|(gtid, p)| PreparedEntry {
+                txid: p.txid.clone(),
+                gtid: gtid.clone(),
                 coordinator_id: p.coordinator_id.clone(),
                 epoch: p.epoch,
+                incarnation: p.incarnation,
+                position: p.position,
+                last_answer: p.last_answer.clone(),
                 keys: p.keys.clone(),
                 prepared_at_ms: p.prepared_at_ms,
             })
@@ -109,25 +118,41 @@ impl<R: Resource> Engine<R> {
                 self.tick(now_ms)
             }
             Event::DecisionAnswer {
-                txid,
+                gtid,
                 answer,
                 now_ms,
                 entropy,
-            } => self.decision_answer(txid, answer, now_ms, entropy),
+            } => self.decision_answer(gtid, answer, now_ms, entropy),
         }
     }
 
-    /// Raises the highest epoch for a coordinator; `Ok(true)` when it rose.
-    fn fence(&mut self, coordinator_id: &CoordinatorId, epoch: Epoch) -> Result<bool, Rejection> {
+    /// Raises the highest epoch for a coordinator; `Ok(true)` when it rose. A lower epoch is
+    /// stale; the same epoch from another run (incarnation) is a rolled-back coordinator log:
+    /// two runs cannot both have had one epoch unless one of them started from a restored copy.
+    fn fence(
+        &mut self,
+        coordinator_id: &CoordinatorId,
+        epoch: protocol::Epoch,
+        incarnation: Incarnation,
+    ) -> Result<bool, Rejection> {
         match self.epochs.get(coordinator_id) {
-            Some(highest) if epoch < *highest => Err(Rejection::StaleEpoch {
+            Some(highest) if epoch < highest.epoch => Err(Rejection::StaleEpoch {
                 coordinator_id: coordinator_id.clone(),
                 got: epoch,
-                highest: *highest,
+                highest: highest.epoch,
             }),
-            Some(highest) if epoch == *highest => Ok(false),
+            Some(highest) if epoch == highest.epoch && incarnation != highest.incarnation => {
+                Err(Rejection::IncarnationConflict {
+                    coordinator_id: coordinator_id.clone(),
+                    epoch,
+                    claimed_by: highest.incarnation,
+                    got: incarnation,
+                })
+            }
+            Some(highest) if epoch == highest.epoch => Ok(false),
             Some(_) | None => {
-                self.epochs.insert(coordinator_id.clone(), epoch);
+                self.epochs
+                    .insert(coordinator_id.clone(), Fence { epoch, incarnation });
                 Ok(true)
             }
         }

@@ -1,7 +1,10 @@
 //! Prepare, commit and abort: validation, locks, votes, duplicates, tombstones and fencing.
 
+use protocol::digest::Digest;
 use protocol::limits::{PAYLOAD_BYTES_MAX, REASON_LEN_MAX};
-use protocol::{CoordinatorId, DecisionRequest, Epoch, PrepareRequest, TxId, Vote};
+use protocol::{
+    CoordinatorId, DecisionRequest, Epoch, GlobalTxId, Incarnation, PrepareRequest, TxId, Vote,
+};
 
 use super::{Command, Engine, PreparedTx, Reply};
 use crate::record::Record;
@@ -9,64 +12,106 @@ use crate::rejection::Rejection;
 use crate::resource::Resource;
 use crate::tombstones::Ended;
 
+/// Who sent a message: the coordinator id and the run (epoch, incarnation) it fences with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sender {
+    pub coordinator_id: CoordinatorId,
+    pub epoch: Epoch,
+    pub incarnation: Incarnation,
+}
+
+/// An attempt's global id must name its own coordinator: the id is what this participant
+/// keys by, so two coordinators can never share one.
+fn check_owner(gtid: &GlobalTxId, coordinator_id: &CoordinatorId) -> Result<(), Rejection> {
+    match gtid.parts() {
+        Some((owner, _, _)) if owner == coordinator_id.as_str() => Ok(()),
+        Some(_) | None => Err(Rejection::ForeignAttempt {
+            gtid: gtid.clone(),
+            coordinator_id: coordinator_id.clone(),
+        }),
+    }
+}
+
 impl<R: Resource> Engine<R> {
     pub(super) fn prepare(&mut self, request: PrepareRequest, now_ms: u64) -> Vec<Command> {
         let PrepareRequest {
             txid,
+            gtid,
             coordinator_id,
             epoch,
+            incarnation,
+            position,
             payload,
         } = request;
-        let raised = match self.fence(&coordinator_id, epoch) {
+        if let Err(rejection) = check_owner(&gtid, &coordinator_id) {
+            return vec![Command::Reply(Reply::Reject(rejection))];
+        }
+        let raised = match self.fence(&coordinator_id, epoch, incarnation) {
             Ok(raised) => raised,
             Err(rejection) => return vec![Command::Reply(Reply::Reject(rejection))],
         };
-        let barrier = Command::Log {
-            record: Record::Fence {
-                coordinator_id: coordinator_id.clone(),
-                epoch,
-            },
-            forced: true,
+        let sender = Sender {
+            coordinator_id,
+            epoch,
+            incarnation,
         };
         let mut commands = Vec::new();
-        let reply = if let Some(prepared) = self.prepared.get(&txid) {
-            if prepared.coordinator_id != coordinator_id {
+        let reply = if let Some(prepared) = self.prepared.get(&gtid) {
+            if prepared.payload != payload {
+                // One attempt, two payloads: a yes would promise to commit the new request
+                // while the old payload is what is staged and locked.
                 Reply::Vote(Vote::No {
                     reason: format!(
-                        "transaction {txid} is prepared here for coordinator {}",
-                        prepared.coordinator_id
-                    ),
-                })
-            } else if prepared.payload != payload {
-                // The id is reused with another body (a coordinator that lost its record of
-                // the first attempt takes a client's retry as new). A yes would promise to
-                // commit the new request while the old payload is what is staged and locked.
-                Reply::Vote(Vote::No {
-                    reason: format!(
-                        "transaction {txid} is already prepared here with a different payload; \
+                        "attempt {gtid} is already prepared here with a different payload; \
                          the prepared one stays until the coordinator decides it"
                     ),
                 })
             } else {
                 // A duplicate: same vote, but only once the first one's record is durable.
-                commands.push(barrier);
+                commands.push(barrier(&sender));
                 Reply::Vote(Vote::Yes)
             }
-        } else if let Some(ended) = self.tombstones.get(&txid) {
-            match ended {
-                Ended::Committed => {
-                    commands.push(barrier);
+        } else if let Some(remembered) = self.tombstones.get(&gtid) {
+            match &remembered.ended {
+                Ended::Committed if remembered.digest == Some(Digest::of_payload(&payload)) => {
+                    commands.push(barrier(&sender));
                     Reply::Vote(Vote::Yes)
                 }
+                Ended::Committed => Reply::Vote(Vote::No {
+                    reason: format!(
+                        "attempt {gtid} was committed here with a different payload; this \
+                         prepare is not the one that committed"
+                    ),
+                }),
                 Ended::Aborted => Reply::Vote(Vote::No {
-                    reason: format!("transaction {txid} was already aborted here"),
+                    reason: format!("attempt {gtid} was already aborted here"),
                 }),
                 Ended::Refused { reason } => Reply::Vote(Vote::No {
                     reason: reason.clone(),
                 }),
             }
+        } else if self.tombstones.may_have_forgotten(&gtid) {
+            // Its tombstone may be among those dropped: a yes could apply it a second time.
+            Reply::Vote(Vote::No {
+                reason: format!(
+                    "attempt {gtid} is older than what this participant still remembers of its \
+                     coordinator run; it may have ended here already"
+                ),
+            })
         } else {
-            match self.prepare_fresh(&txid, &coordinator_id, epoch, payload, now_ms) {
+            // Encoded once: its length is checked and its digest kept.
+            let encoded = serde_json::to_vec(&payload);
+            let encoded_len = encoded.as_ref().map_or(usize::MAX, Vec::len);
+            let digest = Digest::of_encoded_payload(encoded.as_deref().unwrap_or_default());
+            let attempt = Fresh {
+                gtid: &gtid,
+                txid: &txid,
+                sender: &sender,
+                position,
+                encoded_len,
+                digest,
+            };
+            match self.prepare_fresh(attempt, payload, now_ms) {
                 Ok(record) => {
                     commands.push(Command::Log {
                         record,
@@ -78,17 +123,19 @@ impl<R: Resource> Engine<R> {
                 Err(Refusal::No(reason)) => {
                     let reason = truncate(reason, REASON_LEN_MAX);
                     self.tombstones.insert(
-                        txid.clone(),
+                        gtid.clone(),
                         Ended::Refused {
                             reason: reason.clone(),
                         },
+                        Some(digest),
                         now_ms,
                     );
                     commands.push(Command::Log {
                         record: Record::Refused {
-                            txid: txid.clone(),
-                            coordinator_id: coordinator_id.clone(),
-                            epoch,
+                            gtid: gtid.clone(),
+                            coordinator_id: sender.coordinator_id.clone(),
+                            epoch: sender.epoch,
+                            incarnation: sender.incarnation,
                             reason: reason.clone(),
                             at_ms: now_ms,
                         },
@@ -98,18 +145,23 @@ impl<R: Resource> Engine<R> {
                 }
             }
         };
-        finish(commands, raised, &coordinator_id, epoch, reply)
+        finish(commands, raised, &sender, reply)
     }
 
     fn prepare_fresh(
         &mut self,
-        txid: &TxId,
-        coordinator_id: &CoordinatorId,
-        epoch: Epoch,
+        fresh: Fresh<'_>,
         payload: serde_json::Value,
         now_ms: u64,
     ) -> Result<Record, Refusal> {
-        let len = serde_json::to_vec(&payload).map_or(usize::MAX, |bytes| bytes.len());
+        let Fresh {
+            gtid,
+            txid,
+            sender,
+            position,
+            encoded_len: len,
+            digest,
+        } = fresh;
         if len > PAYLOAD_BYTES_MAX {
             return Err(Refusal::Reject(Rejection::PayloadTooLarge {
                 len,
@@ -121,116 +173,143 @@ impl<R: Resource> Engine<R> {
             .parse(&payload)
             .map_err(|e| Refusal::Reject(Rejection::InvalidPayload(e.0)))?;
         let keys = dedup(self.resource.lock_keys(&staged));
-        if let Some((key, holder)) = self.locks.conflict(txid, &keys) {
+        if let Some((key, holder)) = self.locks.conflict(gtid, &keys) {
             return Err(Refusal::No(format!(
                 "key {key:?} is locked by prepared transaction {holder}"
             )));
         }
         self.resource.check(&staged).map_err(Refusal::No)?;
-        self.locks.take(txid, &keys);
+        self.locks.take(gtid, &keys);
         self.prepared.insert(
-            txid.clone(),
+            gtid.clone(),
             PreparedTx {
-                coordinator_id: coordinator_id.clone(),
-                epoch,
+                txid: txid.clone(),
+                coordinator_id: sender.coordinator_id.clone(),
+                epoch: sender.epoch,
+                incarnation: sender.incarnation,
+                position,
                 payload: payload.clone(),
+                digest,
                 staged,
                 keys,
                 prepared_at_ms: now_ms,
                 next_ask_at_ms: now_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,
+                last_answer: None,
             },
         );
         Ok(Record::Prepared {
+            gtid: gtid.clone(),
             txid: txid.clone(),
-            coordinator_id: coordinator_id.clone(),
-            epoch,
+            coordinator_id: sender.coordinator_id.clone(),
+            epoch: sender.epoch,
+            incarnation: sender.incarnation,
+            position,
             payload,
             prepared_at_ms: now_ms,
         })
     }
 
-    pub(super) fn commit(&mut self, request: DecisionRequest, now_ms: u64) -> Vec<Command> {
+    /// Checks a commit or abort's sender; the attempt and the sender, or the answer to give.
+    fn decision_sender(
+        &mut self,
+        request: DecisionRequest,
+    ) -> Result<(GlobalTxId, Sender, bool), Vec<Command>> {
         let DecisionRequest {
-            txid,
+            txid: _,
+            gtid,
             coordinator_id,
             epoch,
+            incarnation,
         } = request;
-        let raised = match self.fence(&coordinator_id, epoch) {
-            Ok(raised) => raised,
-            Err(rejection) => return vec![Command::Reply(Reply::Reject(rejection))],
+        let reject = |rejection| vec![Command::Reply(Reply::Reject(rejection))];
+        check_owner(&gtid, &coordinator_id).map_err(reject)?;
+        let raised = self
+            .fence(&coordinator_id, epoch, incarnation)
+            .map_err(reject)?;
+        Ok((
+            gtid,
+            Sender {
+                coordinator_id,
+                epoch,
+                incarnation,
+            },
+            raised,
+        ))
+    }
+
+    pub(super) fn commit(&mut self, request: DecisionRequest, now_ms: u64) -> Vec<Command> {
+        let (gtid, sender, raised) = match self.decision_sender(request) {
+            Ok(checked) => checked,
+            Err(answer) => return answer,
         };
         let mut commands = Vec::new();
-        let reply = if let Some(prepared) = self.prepared.get(&txid) {
-            if prepared.coordinator_id == coordinator_id {
-                commands.push(self.commit_prepared(&txid, coordinator_id.clone(), epoch, now_ms));
-                Reply::Ack
-            } else {
-                not_prepared(
-                    &txid,
-                    format!("is prepared for coordinator {}", prepared.coordinator_id),
-                )
-            }
+        let reply = if self.prepared.contains_key(&gtid) {
+            commands.push(self.commit_prepared(&gtid, &sender, now_ms));
+            Reply::Ack
         } else {
-            match self.tombstones.get(&txid) {
+            match self.tombstones.get(&gtid).map(|r| &r.ended) {
                 Some(Ended::Committed) => {
-                    commands.push(barrier(&coordinator_id, epoch));
+                    commands.push(barrier(&sender));
                     Reply::Ack
                 }
                 Some(Ended::Aborted) => {
-                    not_prepared(&txid, "was aborted here; it cannot commit".into())
+                    not_prepared(&gtid, "was aborted here; it cannot commit".into())
                 }
                 Some(Ended::Refused { reason }) => not_prepared(
-                    &txid,
+                    &gtid,
                     format!("was refused here ({reason}); it cannot commit"),
                 ),
-                None => not_prepared(&txid, "was never prepared here".into()),
+                // A commit decision means this participant voted yes, so it prepared the
+                // attempt; with neither the prepared state nor a tombstone left, it ended here
+                // and its tombstone was dropped, and only a commit can have ended it (the
+                // coordinator's decision is commit). The ack is what the first delivery got.
+                None if self.tombstones.may_have_forgotten(&gtid) => {
+                    commands.push(barrier(&sender));
+                    Reply::Ack
+                }
+                None => not_prepared(&gtid, "was never prepared here".into()),
             }
         };
-        finish(commands, raised, &coordinator_id, epoch, reply)
+        finish(commands, raised, &sender, reply)
     }
 
     pub(super) fn abort(&mut self, request: DecisionRequest, now_ms: u64) -> Vec<Command> {
-        let DecisionRequest {
-            txid,
-            coordinator_id,
-            epoch,
-        } = request;
-        let raised = match self.fence(&coordinator_id, epoch) {
-            Ok(raised) => raised,
-            Err(rejection) => return vec![Command::Reply(Reply::Reject(rejection))],
+        let (gtid, sender, raised) = match self.decision_sender(request) {
+            Ok(checked) => checked,
+            Err(answer) => return answer,
         };
         let mut commands = Vec::new();
-        let reply = if let Some(prepared) = self.prepared.get(&txid) {
-            if prepared.coordinator_id == coordinator_id {
-                commands.push(self.abort_prepared(&txid, coordinator_id.clone(), epoch, now_ms));
-                Reply::Ack
-            } else {
-                not_prepared(
-                    &txid,
-                    format!("is prepared for coordinator {}", prepared.coordinator_id),
-                )
-            }
+        let reply = if self.prepared.contains_key(&gtid) {
+            commands.push(self.abort_prepared(&gtid, &sender, now_ms));
+            Reply::Ack
         } else {
-            match self.tombstones.get(&txid) {
+            match self.tombstones.get(&gtid).map(|r| &r.ended) {
                 Some(Ended::Aborted) => {
-                    commands.push(barrier(&coordinator_id, epoch));
+                    commands.push(barrier(&sender));
                     Reply::Ack
                 }
                 // It voted no and holds nothing: the abort is what it expected.
                 Some(Ended::Refused { .. }) => Reply::Ack,
                 Some(Ended::Committed) => {
-                    not_prepared(&txid, "was committed here; it cannot abort".into())
+                    not_prepared(&gtid, "was committed here; it cannot abort".into())
+                }
+                // Ended here and forgotten since; a late prepare for it already votes no.
+                None if self.tombstones.may_have_forgotten(&gtid) => {
+                    commands.push(barrier(&sender));
+                    Reply::Ack
                 }
                 None => {
                     // The abort overtook its prepare: a tombstone makes the late prepare vote no.
-                    self.tombstones.insert(txid.clone(), Ended::Aborted, now_ms);
+                    self.tombstones
+                        .insert(gtid.clone(), Ended::Aborted, None, now_ms);
                     commands.push(Command::Log {
                         record: Record::Aborted {
-                            txid: txid.clone(),
-                            coordinator_id: coordinator_id.clone(),
-                            epoch,
+                            gtid: gtid.clone(),
+                            coordinator_id: sender.coordinator_id.clone(),
+                            epoch: sender.epoch,
+                            incarnation: sender.incarnation,
                             at_ms: now_ms,
                         },
                         forced: true,
@@ -239,23 +318,23 @@ impl<R: Resource> Engine<R> {
                 }
             }
         };
-        finish(commands, raised, &coordinator_id, epoch, reply)
+        finish(commands, raised, &sender, reply)
     }
 
-    /// Applies a prepared transaction's commit; returns the forced log command.
+    /// Applies a prepared attempt's commit; returns the forced log command.
     pub(super) fn commit_prepared(
         &mut self,
-        txid: &TxId,
-        coordinator_id: CoordinatorId,
-        epoch: Epoch,
+        gtid: &GlobalTxId,
+        sender: &Sender,
         now_ms: u64,
     ) -> Command {
-        self.end_prepared(txid, now_ms, Ended::Committed);
+        self.end_prepared(gtid, now_ms, Ended::Committed);
         Command::Log {
             record: Record::Committed {
-                txid: txid.clone(),
-                coordinator_id,
-                epoch,
+                gtid: gtid.clone(),
+                coordinator_id: sender.coordinator_id.clone(),
+                epoch: sender.epoch,
+                incarnation: sender.incarnation,
                 at_ms: now_ms,
             },
             forced: true,
@@ -264,36 +343,47 @@ impl<R: Resource> Engine<R> {
 
     pub(super) fn abort_prepared(
         &mut self,
-        txid: &TxId,
-        coordinator_id: CoordinatorId,
-        epoch: Epoch,
+        gtid: &GlobalTxId,
+        sender: &Sender,
         now_ms: u64,
     ) -> Command {
-        self.end_prepared(txid, now_ms, Ended::Aborted);
+        self.end_prepared(gtid, now_ms, Ended::Aborted);
         Command::Log {
             record: Record::Aborted {
-                txid: txid.clone(),
-                coordinator_id,
-                epoch,
+                gtid: gtid.clone(),
+                coordinator_id: sender.coordinator_id.clone(),
+                epoch: sender.epoch,
+                incarnation: sender.incarnation,
                 at_ms: now_ms,
             },
             forced: true,
         }
     }
 
-    /// Takes `txid` out of the prepared set, applies or releases it, unlocks its keys and
-    /// remembers the outcome. A txid not prepared is left alone.
-    pub(super) fn end_prepared(&mut self, txid: &TxId, at_ms: u64, ended: Ended) {
-        let Some(prepared) = self.prepared.remove(txid) else {
+    /// Takes `gtid` out of the prepared set, applies or releases it, unlocks its keys and
+    /// remembers the outcome with the payload's digest. An attempt not prepared is left alone.
+    pub(super) fn end_prepared(&mut self, gtid: &GlobalTxId, at_ms: u64, ended: Ended) {
+        let Some(prepared) = self.prepared.remove(gtid) else {
             return;
         };
-        self.locks.release(txid, &prepared.keys);
+        self.locks.release(gtid, &prepared.keys);
         match &ended {
             Ended::Committed => self.resource.apply(prepared.staged),
             Ended::Aborted | Ended::Refused { .. } => self.resource.release(prepared.staged),
         }
-        self.tombstones.insert(txid.clone(), ended, at_ms);
+        self.tombstones
+            .insert(gtid.clone(), ended, Some(prepared.digest), at_ms);
     }
+}
+
+/// An attempt seen here for the first time, with its payload's encoded size and digest.
+struct Fresh<'a> {
+    gtid: &'a GlobalTxId,
+    txid: &'a TxId,
+    sender: &'a Sender,
+    position: u64,
+    encoded_len: usize,
+    digest: Digest,
 }
 
 enum Refusal {
@@ -301,37 +391,32 @@ enum Refusal {
     No(String),
 }
 
-fn barrier(coordinator_id: &CoordinatorId, epoch: Epoch) -> Command {
+fn barrier(sender: &Sender) -> Command {
     Command::Log {
         record: Record::Fence {
-            coordinator_id: coordinator_id.clone(),
-            epoch,
+            coordinator_id: sender.coordinator_id.clone(),
+            epoch: sender.epoch,
+            incarnation: sender.incarnation,
         },
         forced: true,
     }
 }
 
 /// Adds a fence record when the epoch rose and nothing forced carries it, then the reply.
-fn finish(
-    mut commands: Vec<Command>,
-    raised: bool,
-    coordinator_id: &CoordinatorId,
-    epoch: Epoch,
-    reply: Reply,
-) -> Vec<Command> {
+fn finish(mut commands: Vec<Command>, raised: bool, sender: &Sender, reply: Reply) -> Vec<Command> {
     let forced = commands
         .iter()
         .any(|c| matches!(c, Command::Log { forced: true, .. }));
     if raised && !forced {
-        commands.push(barrier(coordinator_id, epoch));
+        commands.push(barrier(sender));
     }
     commands.push(Command::Reply(reply));
     commands
 }
 
-fn not_prepared(txid: &TxId, why: String) -> Reply {
+fn not_prepared(gtid: &GlobalTxId, why: String) -> Reply {
     Reply::Reject(Rejection::NotPrepared {
-        txid: txid.clone(),
+        gtid: gtid.clone(),
         why,
     })
 }

@@ -1,84 +1,127 @@
-//! Recovery: records from the log (and prepared transactions from a snapshot) put back into
-//! the engine, prepared transactions with their locks held.
+//! Recovery: records from the log (and prepared attempts from a snapshot) put back into the
+//! engine, prepared attempts with their locks held.
+//!
+//! Replay follows log order: a later record about an attempt supersedes an earlier one. In
+//! particular a `Prepared` after a tombstone for the same attempt (a tombstone that expired in
+//! memory, then a late prepare that voted yes) restores the prepared state: that yes was a
+//! promise, and dropping it would leave the attempt with no locks and no staged change.
 
-use protocol::{CoordinatorId, Epoch, TxId};
+use protocol::digest::Digest;
+use protocol::{GlobalTxId, TxId};
 
-use super::phases::dedup;
+use super::phases::{Sender, dedup};
 use super::{Engine, PreparedTx, ReplayError};
 use crate::record::Record;
 use crate::resource::Resource;
 use crate::tombstones::Ended;
 
+/// A prepared attempt as the log or a snapshot holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoggedPrepare {
+    pub gtid: GlobalTxId,
+    pub txid: TxId,
+    pub sender: Sender,
+    pub position: u64,
+    pub payload: serde_json::Value,
+    pub prepared_at_ms: u64,
+}
+
 impl<R: Resource> Engine<R> {
     /// Replays one logged record (recovery). Never rejects: the log is what happened.
     pub fn replay(&mut self, record: Record) -> Result<(), ReplayError> {
-        let (coordinator_id, epoch) = record.fence();
-        if self.epochs.get(coordinator_id).is_none_or(|e| *e < epoch) {
-            self.epochs.insert(coordinator_id.clone(), epoch);
+        let (coordinator_id, fence) = record.fence();
+        if self
+            .epochs
+            .get(coordinator_id)
+            .is_none_or(|e| e.epoch < fence.epoch)
+        {
+            self.epochs.insert(coordinator_id.clone(), fence);
         }
         match record {
             Record::Prepared {
+                gtid,
                 txid,
                 coordinator_id,
                 epoch,
+                incarnation,
+                position,
                 payload,
                 prepared_at_ms,
             } => {
-                if self.prepared.contains_key(&txid) || self.tombstones.get(&txid).is_some() {
+                if self.prepared.contains_key(&gtid) {
                     return Ok(());
                 }
-                self.restore_prepared(txid, coordinator_id, epoch, payload, prepared_at_ms)?;
+                self.restore_prepared(LoggedPrepare {
+                    gtid,
+                    txid,
+                    sender: Sender {
+                        coordinator_id,
+                        epoch,
+                        incarnation,
+                    },
+                    position,
+                    payload,
+                    prepared_at_ms,
+                })?;
             }
-            Record::Committed { txid, at_ms, .. } => {
-                self.replay_end(txid, at_ms, Ended::Committed);
+            Record::Committed { gtid, at_ms, .. } => {
+                self.replay_end(gtid, at_ms, Ended::Committed);
             }
-            Record::Aborted { txid, at_ms, .. } => {
-                self.replay_end(txid, at_ms, Ended::Aborted);
+            Record::Aborted { gtid, at_ms, .. } => {
+                self.replay_end(gtid, at_ms, Ended::Aborted);
             }
             Record::Refused {
-                txid,
+                gtid,
                 reason,
                 at_ms,
                 ..
             } => {
-                self.replay_end(txid, at_ms, Ended::Refused { reason });
+                self.replay_end(gtid, at_ms, Ended::Refused { reason });
             }
             Record::Fence { .. } => {}
         }
         Ok(())
     }
 
-    fn replay_end(&mut self, txid: TxId, at_ms: u64, ended: Ended) {
-        if self.prepared.contains_key(&txid) {
-            self.end_prepared(&txid, at_ms, ended);
-        } else if self.tombstones.get(&txid).is_none() {
-            self.tombstones.insert(txid, ended, at_ms);
+    fn replay_end(&mut self, gtid: GlobalTxId, at_ms: u64, ended: Ended) {
+        if self.prepared.contains_key(&gtid) {
+            self.end_prepared(&gtid, at_ms, ended);
+        } else if self.tombstones.get(&gtid).is_none() {
+            // No payload known here (its Prepared is in a dropped segment, or there was none).
+            self.tombstones.insert(gtid, ended, None, at_ms);
         }
     }
 
-    /// Puts a logged prepared transaction back, with its locks held.
-    pub(crate) fn restore_prepared(
-        &mut self,
-        txid: TxId,
-        coordinator_id: CoordinatorId,
-        epoch: Epoch,
-        payload: serde_json::Value,
-        prepared_at_ms: u64,
-    ) -> Result<(), ReplayError> {
+    /// Puts a logged prepared attempt back, with its locks held. It supersedes any tombstone
+    /// for the same attempt: the prepared record is the later fact.
+    pub(crate) fn restore_prepared(&mut self, logged: LoggedPrepare) -> Result<(), ReplayError> {
+        let LoggedPrepare {
+            gtid,
+            txid,
+            sender,
+            position,
+            payload,
+            prepared_at_ms,
+        } = logged;
         let staged = self
             .resource
             .parse(&payload)
             .map_err(|e| ReplayError::Payload {
-                txid: txid.clone(),
+                gtid: gtid.clone(),
                 reason: e.0,
             })?;
         let keys = dedup(self.resource.lock_keys(&staged));
-        self.locks.take(&txid, &keys);
+        self.tombstones.remove(&gtid);
+        self.locks.take(&gtid, &keys);
         self.prepared.insert(
-            txid,
+            gtid,
             PreparedTx {
-                coordinator_id,
-                epoch,
+                txid,
+                coordinator_id: sender.coordinator_id,
+                epoch: sender.epoch,
+                incarnation: sender.incarnation,
+                position,
+                digest: Digest::of_payload(&payload),
                 payload,
                 staged,
                 keys,
@@ -86,6 +129,7 @@ impl<R: Resource> Engine<R> {
                 next_ask_at_ms: prepared_at_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,
+                last_answer: None,
             },
         );
         Ok(())

@@ -1,6 +1,9 @@
 //! The engine's vocabulary: configuration, events in, commands out, prepared transactions.
 
-use protocol::{CoordinatorId, DecisionRequest, DecisionStatus, Epoch, PrepareRequest, TxId, Vote};
+use protocol::{
+    CoordinatorId, DecisionQuery, DecisionQueryResponse, DecisionRequest, Epoch, GlobalTxId,
+    Incarnation, PrepareRequest, TxId, Vote,
+};
 
 use crate::record::Record;
 use crate::rejection::Rejection;
@@ -49,10 +52,12 @@ pub enum Event {
     /// Time passed: prepared transactions in doubt for too long ask the coordinator.
     Tick { now_ms: u64 },
     /// The coordinator's answer to a decision query; `None` when it could not be asked or gave
-    /// no usable answer. `entropy` is any random number (it picks the jitter).
+    /// no usable answer. The engine obeys only a `commit` or `abort` from the coordinator id
+    /// that prepared the attempt, at an epoch no lower than the highest it holds for that id.
+    /// `entropy` is any random number (it picks the jitter).
     DecisionAnswer {
-        txid: TxId,
-        answer: Option<DecisionStatus>,
+        gtid: GlobalTxId,
+        answer: Option<DecisionQueryResponse>,
         now_ms: u64,
         entropy: u64,
     },
@@ -65,8 +70,9 @@ pub enum Command {
     Log { record: Record, forced: bool },
     /// Answer the request that caused this step.
     Reply(Reply),
-    /// Ask the coordinator for this transaction's decision, then feed back `DecisionAnswer`.
-    AskDecision { txid: TxId },
+    /// Ask the coordinator for this attempt's decision
+    /// (`GET /v1/transactions/{txid}/decision?{query}`), then feed back `DecisionAnswer`.
+    AskDecision { txid: TxId, query: DecisionQuery },
 }
 
 /// The answer to a protocol request.
@@ -80,22 +86,31 @@ pub enum Reply {
 /// A transaction holding its locks between prepare and decision.
 #[derive(Debug)]
 pub struct PreparedTx<S> {
+    /// The client's id, as the coordinator sent it (for the decision query's path and logs).
+    pub txid: TxId,
     pub coordinator_id: CoordinatorId,
+    /// The epoch, run and position the attempt was prepared under.
     pub epoch: Epoch,
+    pub incarnation: Incarnation,
+    pub position: u64,
     pub payload: serde_json::Value,
+    /// The payload's digest, kept in the tombstone once the attempt ends.
+    pub digest: protocol::digest::Digest,
     pub staged: S,
     pub keys: Vec<String>,
     pub prepared_at_ms: u64,
     pub(super) next_ask_at_ms: u64,
     pub(super) asks: u32,
     pub(super) asking: bool,
+    /// The coordinator's last answer that did not decide it, with its reason (`unknown: ...`).
+    pub last_answer: Option<String>,
 }
 
 /// Why the log cannot be replayed into the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("prepared transaction {txid}: its logged payload no longer parses: {reason}")]
-    Payload { txid: TxId, reason: String },
+    #[error("prepared attempt {gtid}: its logged payload no longer parses: {reason}")]
+    Payload { gtid: GlobalTxId, reason: String },
     #[error("snapshot: {0}")]
     Snapshot(String),
 }

@@ -1,0 +1,31 @@
+//! Small constructors the engine's test modules share.
+
+use protocol::{CoordinatorId, Epoch, Incarnation, ParticipantName, TxId};
+
+use crate::records::{Attempt, EpochRecord};
+
+pub fn id(s: &str) -> TxId {
+    TxId::new(s).unwrap()
+}
+
+pub fn name(s: &str) -> ParticipantName {
+    ParticipantName::new(s).unwrap()
+}
+
+pub fn coordinator() -> CoordinatorId {
+    CoordinatorId::new("c-1").unwrap()
+}
+
+/// The epoch record of one run of coordinator `c-1`.
+pub fn run(incarnation: Incarnation, epoch: u64) -> EpochRecord {
+    EpochRecord {
+        coordinator_id: coordinator(),
+        epoch: Epoch(epoch),
+        incarnation,
+    }
+}
+
+/// The `position`th attempt of run `incarnation` of coordinator `c-1`.
+pub fn attempt(incarnation: Incarnation, position: u64) -> Attempt {
+    Attempt::new(&coordinator(), incarnation, position)
+}
