@@ -34,7 +34,7 @@ use participant::{
     Reply as PReply,
 };
 use protocol::{
-    CoordinatorId, DecisionRequest, DecisionStatus, Epoch, Outcome, ParticipantName,
+    CoordinatorId, DecisionRequest, Epoch, GlobalTxId, Incarnation, Outcome, ParticipantName,
     PrepareRequest, TxId, Vote, VoteKind,
 };
 use wal::sim::{SimStorage, Unsynced};
@@ -317,14 +317,17 @@ impl Coordinator {
             retained_max: 100_000,
         };
         let replayed = CEngine::replay(config, snapshot, records);
+        // Epochs are unique in this log (never restored), so they serve as incarnations.
         let identity = match replayed.identity {
             Some(last) => EpochRecord {
                 coordinator_id: last.coordinator_id,
                 epoch: last.epoch.next(),
+                incarnation: Incarnation(last.epoch.next().0),
             },
             None => EpochRecord {
                 coordinator_id: CoordinatorId::new("c-wal-sim").unwrap(),
                 epoch: Epoch(1),
+                incarnation: Incarnation(1),
             },
         };
         let coordinator = Coordinator {
@@ -334,13 +337,9 @@ impl Coordinator {
         };
         // The check that matters: what a client heard survived.
         for (txid, outcome) in &coordinator.told {
-            let want = match outcome {
-                Outcome::Committed => DecisionStatus::Commit,
-                Outcome::Aborted => DecisionStatus::Abort,
-            };
             assert_eq!(
-                coordinator.engine.decision_query(txid),
-                want,
+                coordinator.engine.status(txid).and_then(|s| s.outcome),
+                Some(*outcome),
                 "{txid}: a client heard {outcome:?}, the recovered log says otherwise"
             );
         }
@@ -367,7 +366,10 @@ fn coordinator_log_survives_crashes_with_every_acknowledged_decision() {
             disk.arm(&mut rng);
             let ran = (|| {
                 let mut c = Coordinator::recover(&recovery, heard.clone(), &wal, &mut ledger)?;
-                let commands = c.engine.step(CEvent::RecoveryDone { now_ms: 3 });
+                let commands = c.engine.step(CEvent::RecoveryDone {
+                    now_ms: 3,
+                    identity: c.identity.clone(),
+                });
                 let result = c.execute(&wal, &mut ledger, &mut rng, commands);
                 heard = c.told.clone();
                 result?;
@@ -433,9 +435,9 @@ fn p_config() -> PConfig {
 /// What the participant acknowledged, across crashes.
 #[derive(Debug, Default)]
 struct Acked {
-    yes: BTreeSet<TxId>,
-    committed: BTreeMap<TxId, Order>,
-    aborted: BTreeSet<TxId>,
+    yes: BTreeSet<GlobalTxId>,
+    committed: BTreeMap<GlobalTxId, Order>,
+    aborted: BTreeSet<GlobalTxId>,
 }
 
 /// One engine step with the shell's contract: records appended in order, the reply given only
@@ -462,7 +464,7 @@ fn p_step(
 fn p_recover(
     recovery: &Recovery,
     acked: &Acked,
-    orders: &BTreeMap<TxId, Order>,
+    orders: &BTreeMap<GlobalTxId, Order>,
 ) -> PEngine<KvStore> {
     let mut engine = match &recovery.snapshot {
         Some(bytes) => {
@@ -475,9 +477,10 @@ fn p_recover(
         let record = PRecord::decode(r.seq, r.record_type, &r.payload).unwrap();
         engine.replay(record).unwrap();
     }
-    let prepared: BTreeSet<TxId> = engine.prepared_list().into_iter().map(|p| p.txid).collect();
+    let prepared: BTreeSet<GlobalTxId> =
+        engine.prepared_list().into_iter().map(|p| p.gtid).collect();
     let tombstones = engine.snapshot().tombstones;
-    let decided = |txid: &TxId| tombstones.iter().any(|t| &t.txid == txid);
+    let decided = |gtid: &GlobalTxId| tombstones.iter().any(|t| &t.gtid == gtid);
     let store = engine.resource();
     for txid in &acked.yes {
         assert!(
@@ -529,7 +532,7 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
         let disk = Disk::new(&mut rng, "inventory");
         let mut ledger = Ledger::default();
         let mut acked = Acked::default();
-        let mut orders: BTreeMap<TxId, Order> = BTreeMap::new();
+        let mut orders: BTreeMap<GlobalTxId, Order> = BTreeMap::new();
         let mut next = 0;
         for cycle in 0..CYCLES {
             let (wal, recovery) = disk.open();
@@ -538,6 +541,8 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
             let mut engine = p_recover(&recovery, &acked, &orders);
             disk.arm(&mut rng);
             let epoch = Epoch(cycle as u64 + 1);
+            // One coordinator run per epoch, as a coordinator that is never restored has.
+            let incarnation = Incarnation(epoch.0);
             let ran = (|| {
                 if recovery.snapshot.is_none() && recovery.records.is_empty() {
                     // First start: the seed becomes durable first, as `Participant::open` does.
@@ -548,14 +553,19 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                     )?;
                 }
                 for _ in 0..rng.usize(1..30) {
-                    let prepared: Vec<TxId> =
-                        engine.prepared_list().into_iter().map(|p| p.txid).collect();
+                    let prepared: Vec<(TxId, GlobalTxId)> = engine
+                        .prepared_list()
+                        .into_iter()
+                        .map(|p| (p.txid, p.gtid))
+                        .collect();
                     if !prepared.is_empty() && rng.bool() {
-                        let txid = prepared[rng.usize(0..prepared.len())].clone();
+                        let (txid, gtid) = prepared[rng.usize(0..prepared.len())].clone();
                         let request = DecisionRequest {
-                            txid: txid.clone(),
+                            txid,
+                            gtid: gtid.clone(),
                             coordinator_id: coordinator_id.clone(),
                             epoch,
+                            incarnation,
                         };
                         let commit = rng.u32(0..3) > 0;
                         let event = if commit {
@@ -565,9 +575,9 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                         };
                         if let Some(PReply::Ack) = p_step(&mut engine, &wal, &mut ledger, event)? {
                             if commit {
-                                acked.committed.insert(txid.clone(), orders[&txid].clone());
+                                acked.committed.insert(gtid.clone(), orders[&gtid].clone());
                             } else {
-                                acked.aborted.insert(txid.clone());
+                                acked.aborted.insert(gtid.clone());
                             }
                         }
                         continue;
@@ -575,13 +585,17 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                     next += 1;
                     let order = shop().order("o", next, &mut rng);
                     let txid = TxId::new(order.id.clone()).unwrap();
+                    let gtid = GlobalTxId::compose(&coordinator_id, incarnation, next);
                     let payload = serde_json::to_value(&order.payloads()[0].1).unwrap();
-                    orders.insert(txid.clone(), order);
+                    orders.insert(gtid.clone(), order);
                     let event = PEvent::Prepare {
                         request: PrepareRequest {
-                            txid: txid.clone(),
+                            txid,
+                            gtid: gtid.clone(),
                             coordinator_id: coordinator_id.clone(),
                             epoch,
+                            incarnation,
+                            position: next,
                             payload,
                         },
                         now_ms: 1,
@@ -589,7 +603,7 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                     if let Some(PReply::Vote(Vote::Yes)) =
                         p_step(&mut engine, &wal, &mut ledger, event)?
                     {
-                        acked.yes.insert(txid);
+                        acked.yes.insert(gtid);
                     }
                     if rng.u32(0..15) == 0 {
                         checkpoint(
@@ -635,6 +649,7 @@ fn a_decision_record_is_only_acknowledged_once_synced() {
     let decision = LogRecord::Epoch(EpochRecord {
         coordinator_id: CoordinatorId::new("c").unwrap(),
         epoch: Epoch(1),
+        incarnation: Incarnation(1),
     });
     let ty = wal::RecordType(decision.record_type());
     wal.submit(ty, decision.encode(), Durability::Forced)

@@ -4,18 +4,20 @@
 //! acted on (client answer, phase two) only after its forced append is durable; a prepare or a
 //! delivery that gets no answer within its timeout counts as `Timeout` / a failed delivery.
 //! Restart rebuilds the engine through `Engine::replay` from what the disk kept, logs the next
-//! epoch (forced) and steps `RecoveryDone`, as `runtime::recover_on` does.
+//! epoch (forced) with a fresh incarnation and steps `RecoveryDone`, as `runtime::recover_on`
+//! does. Decision queries are answered from `Engine::decision_for`; a query or a participant's
+//! `stale_epoch` / `incarnation_conflict` that proves the log is behind stops new work, as
+//! `Core::note_behind` does. An operator may stop it, copy its disk, and later put the copy
+//! back (`backup`, `restore`).
 
 use std::collections::BTreeMap;
 
 use coordinator::digest::Digest;
-use coordinator::engine::{
-    Command, DecisionLookup, Engine, EngineConfig, Event, WaitFor, WaiterId,
-};
+use coordinator::engine::{Command, Engine, EngineConfig, Event, WaitFor, WaiterId};
 use coordinator::records::{EpochRecord, LogRecord, Snapshot};
 use protocol::{
-    CoordinatorId, Decision, DecisionRequest, Epoch, ParticipantName, PrepareRequest, TxId, Vote,
-    VoteKind,
+    CoordinatorId, Decision, DecisionQueryResponse, DecisionRequest, DecisionStatus, Epoch,
+    ErrorCode, GlobalTxId, ParticipantName, PrepareRequest, TxId, Vote, VoteKind,
 };
 
 use super::Mutation;
@@ -42,16 +44,22 @@ pub struct CoordinatorNode {
     identity: Option<EpochRecord>,
     calls: BTreeMap<RequestId, Call>,
     waiters: BTreeMap<WaiterId, (usize, u32)>,
-    /// Decision queries waiting for a presumed abort to be durable: (rid, from, txid).
-    query_waiters: BTreeMap<WaiterId, (RequestId, (usize, Incarnation), TxId)>,
     next_waiter: WaiterId,
     /// Forced decision appends waiting for a sync: (sequence number, txid).
     decision_waits: Vec<(u64, TxId)>,
     sync_scheduled: bool,
-    /// Ground truth for the checks: every decision that ever became durable (durable records
-    /// are never lost, so this only grows), and any decision that flipped.
-    pub durable_decisions: BTreeMap<TxId, Decision>,
+    /// The operator's copy of the disk, taken while stopped.
+    backup: Option<Disk<LogRecord, Snapshot>>,
+    /// Ground truth for the checks, kept across crashes and restores (they are facts about
+    /// the world, not about the disk): every decision that ever became durable, per attempt,
+    /// and any decision that flipped; every attempt ever begun, with its client id and digest.
+    pub durable_decisions: BTreeMap<GlobalTxId, Decision>,
+    pub attempts: BTreeMap<GlobalTxId, (TxId, Digest)>,
     pub flipped: Option<String>,
+    /// Coordinator crashes and restores so far: attempts in doubt for ever are only acceptable
+    /// after a restore.
+    pub crashes: u64,
+    pub restores: u64,
 }
 
 impl CoordinatorNode {
@@ -66,12 +74,15 @@ impl CoordinatorNode {
             identity: None,
             calls: BTreeMap::new(),
             waiters: BTreeMap::new(),
-            query_waiters: BTreeMap::new(),
             next_waiter: 1,
             decision_waits: Vec::new(),
             sync_scheduled: false,
+            backup: None,
             durable_decisions: BTreeMap::new(),
+            attempts: BTreeMap::new(),
             flipped: None,
+            crashes: 0,
+            restores: 0,
         }
     }
 
@@ -93,20 +104,39 @@ impl CoordinatorNode {
     fn note_durable(&mut self, records: &[LogRecord]) {
         for record in records {
             if let LogRecord::Decision(d) = record {
-                match self.durable_decisions.get(&d.txid) {
+                let gtid = &d.attempt.gtid;
+                match self.durable_decisions.get(gtid) {
                     Some(old) if *old != d.decision => {
                         self.flipped = Some(format!(
-                            "durable decision for {} flipped from {old:?} to {:?}",
+                            "durable decision for {gtid} ({}) flipped from {old:?} to {:?}",
                             d.txid, d.decision
                         ));
                     }
                     Some(_) => {}
                     None => {
-                        self.durable_decisions.insert(d.txid.clone(), d.decision);
+                        self.durable_decisions.insert(gtid.clone(), d.decision);
                     }
                 }
             }
         }
+    }
+
+    /// Proof that the log is behind what participants saw: logged (forced, not awaited), and
+    /// from then on new work is refused, across restarts, as `Core::note_behind` does.
+    fn note_behind(&mut self, io: &mut Io, evidence: String) {
+        let Some(engine) = &mut self.engine else {
+            return;
+        };
+        if let Some(record) = engine.note_behind(evidence.clone(), io.now_ms) {
+            io.note(|| format!("coordinator learns its log is behind: {evidence}"));
+            self.disk.append(record);
+            self.schedule_sync(io);
+        }
+    }
+
+    /// Whether this run refuses new work because its log is behind.
+    pub fn is_behind(&self) -> bool {
+        self.engine.as_ref().is_some_and(|e| e.behind().is_some())
     }
 
     /// (Re)starts: replay what the disk holds, log the next epoch durably, finish recovery.
@@ -117,36 +147,83 @@ impl CoordinatorNode {
             self.disk.snapshot().cloned(),
             self.disk.records().to_vec(),
         );
+        // A fresh incarnation, never one the log holds (as `runtime::start` draws it).
+        let incarnation = loop {
+            let candidate = protocol::Incarnation(io.rng.u64(..));
+            if !replayed.engine.runs().any(|r| r.incarnation == candidate) {
+                break candidate;
+            }
+        };
         let identity = match replayed.identity {
             Some(last) => EpochRecord {
                 coordinator_id: last.coordinator_id,
                 epoch: last.epoch.next(),
+                incarnation,
             },
             None => EpochRecord {
                 coordinator_id: CoordinatorId::new("c-sim").expect("a constant, valid id"),
                 epoch: Epoch(1),
+                incarnation,
             },
         };
         // Opening the log fsyncs what survived; the epoch append is forced and awaited.
         self.disk.append(LogRecord::Epoch(identity.clone()));
         let newly = self.disk.sync();
         self.note_durable(&newly);
-        io.note(|| format!("coordinator up, epoch {}", identity.epoch));
-        self.identity = Some(identity);
+        io.note(|| {
+            format!(
+                "coordinator up, epoch {} incarnation {}",
+                identity.epoch, identity.incarnation
+            )
+        });
+        self.identity = Some(identity.clone());
         self.engine = Some(replayed.engine);
-        self.step(io, Event::RecoveryDone { now_ms: io.now_ms });
+        self.step(
+            io,
+            Event::RecoveryDone {
+                now_ms: io.now_ms,
+                identity,
+            },
+        );
         // Ticks are the participants' business; the coordinator needs no timer to start.
     }
 
     /// Crashes, keeping the durable records and `extra` of the unsynced ones.
     pub fn crash(&mut self, extra: usize) {
         self.disk.crash(extra);
+        self.crashes += 1;
+        self.stop();
+    }
+
+    fn stop(&mut self) {
         self.engine = None;
         self.calls.clear();
         self.waiters.clear();
-        self.query_waiters.clear();
         self.decision_waits.clear();
         self.sync_scheduled = false;
+    }
+
+    /// A clean stop (the log is closed: everything written becomes durable), then a copy of
+    /// the data directory.
+    pub fn backup(&mut self) {
+        if self.is_up() {
+            let newly = self.disk.sync();
+            self.note_durable(&newly);
+            self.stop();
+        }
+        self.backup = Some(self.disk.clone());
+    }
+
+    /// Stops (however it was running) and puts the operator's copy back; `false` when there is
+    /// no copy yet.
+    pub fn restore(&mut self) -> bool {
+        let Some(backup) = self.backup.clone() else {
+            return false;
+        };
+        self.stop();
+        self.disk = backup;
+        self.restores += 1;
+        true
     }
 
     pub fn checkpoint(&mut self, io: &mut Io) {
@@ -183,6 +260,11 @@ impl CoordinatorNode {
     }
 
     pub fn submit(&mut self, io: &mut Io, order: usize, attempt: u32, tx: &SubmitTx) {
+        if self.is_behind() {
+            // 503 log_behind: the client hears no outcome and tries again later.
+            io.note(|| format!("coordinator refuses {} (log behind)", tx.txid));
+            return;
+        }
         let waiter = self.next_waiter;
         self.next_waiter += 1;
         self.waiters.insert(waiter, (order, attempt));
@@ -210,7 +292,12 @@ impl CoordinatorNode {
                     let (vote, reason) = match answer {
                         Ok(Vote::Yes) => (VoteKind::Yes, None),
                         Ok(Vote::No { reason }) => (VoteKind::No, Some(reason)),
-                        Err(e) => (VoteKind::Error, Some(e)),
+                        Err((code, e)) => {
+                            if fences_out(code) {
+                                self.note_behind(io, format!("{participant}: {e}"));
+                            }
+                            (VoteKind::Error, Some(e))
+                        }
                     };
                     self.vote(io, txid, participant, vote, reason);
                 }
@@ -223,42 +310,55 @@ impl CoordinatorNode {
                             participant,
                             now_ms: io.now_ms,
                         },
-                        Err(error) => Event::DeliveryFailed {
-                            txid,
-                            participant,
-                            error,
-                            jitter: io.rng.u64(..),
-                        },
+                        Err((code, error)) => {
+                            if fences_out(code) {
+                                self.note_behind(io, format!("{participant}: {error}"));
+                            }
+                            Event::DeliveryFailed {
+                                txid,
+                                participant,
+                                error,
+                                jitter: io.rng.u64(..),
+                            }
+                        }
                     };
                     self.step(io, event);
                 }
             }
-            Body::Query { rid, from, txid } => {
-                let Some(engine) = &self.engine else { return };
-                match engine.decision_lookup(&txid) {
-                    DecisionLookup::Known(answer) => io.send(Msg {
-                        to: Some(Node::Participant(from.0)),
-                        body: Body::QueryAnswer {
-                            rid,
-                            to: from.1,
-                            txid,
-                            answer,
-                        },
-                    }),
-                    DecisionLookup::Unknown | DecisionLookup::PresumingAbort => {
-                        let waiter = self.next_waiter;
-                        self.next_waiter += 1;
-                        self.query_waiters.insert(waiter, (rid, from, txid.clone()));
-                        self.step(
-                            io,
-                            Event::UnknownIdQueried {
-                                waiter,
-                                txid,
-                                now_ms: io.now_ms,
-                            },
-                        );
-                    }
+            Body::Query {
+                rid,
+                from,
+                txid,
+                query,
+            } => {
+                let (Some(engine), Some(identity)) = (&self.engine, &self.identity) else {
+                    return;
+                };
+                let mut answer = engine.decision_for(&txid, Some(&query));
+                let response_identity = identity.clone();
+                if let Some(evidence) = answer.behind.take() {
+                    self.note_behind(io, evidence);
                 }
+                // The mutation: presume abort where the log cannot prove it.
+                if io.mutation == Mutation::AbortWhenUnknown
+                    && answer.decision == DecisionStatus::Unknown
+                {
+                    answer.decision = DecisionStatus::Abort;
+                }
+                io.send(Msg {
+                    to: Some(Node::Participant(from.0)),
+                    body: Body::QueryAnswer {
+                        rid,
+                        to: from.1,
+                        answer: DecisionQueryResponse {
+                            decision: answer.decision,
+                            coordinator_id: Some(response_identity.coordinator_id),
+                            epoch: Some(response_identity.epoch),
+                            incarnation: Some(response_identity.incarnation),
+                            reason: answer.reason,
+                        },
+                    },
+                });
             }
             // Answers for a previous incarnation, and messages that are not for us.
             Body::PrepareAnswer { .. }
@@ -313,7 +413,8 @@ impl CoordinatorNode {
                         Mutation::TimeoutCountsAsYes => VoteKind::Yes,
                         Mutation::None
                         | Mutation::PhaseTwoBeforeDurable
-                        | Mutation::VoteBeforePreparedDurable => VoteKind::Timeout,
+                        | Mutation::VoteBeforePreparedDurable
+                        | Mutation::AbortWhenUnknown => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }
@@ -357,6 +458,12 @@ impl CoordinatorNode {
         };
         match command {
             Command::AppendLazy(record) => {
+                if let LogRecord::Begin(begin) = &record {
+                    self.attempts.insert(
+                        begin.attempt.gtid.clone(),
+                        (begin.txid.clone(), begin.digest),
+                    );
+                }
                 self.disk.append(record);
             }
             Command::AppendDecision(decision) => {
@@ -368,7 +475,8 @@ impl CoordinatorNode {
                     Mutation::PhaseTwoBeforeDurable => durable_now.push(txid),
                     Mutation::None
                     | Mutation::TimeoutCountsAsYes
-                    | Mutation::VoteBeforePreparedDurable => {
+                    | Mutation::VoteBeforePreparedDurable
+                    | Mutation::AbortWhenUnknown => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }
@@ -376,6 +484,7 @@ impl CoordinatorNode {
             }
             Command::SendPrepare {
                 txid,
+                attempt,
                 participant,
                 payload,
                 timeout_ms,
@@ -391,8 +500,11 @@ impl CoordinatorNode {
                         from: self.incarnation,
                         request: PrepareRequest {
                             txid,
+                            gtid: attempt.gtid,
                             coordinator_id: identity.coordinator_id,
                             epoch: identity.epoch,
+                            incarnation: identity.incarnation,
+                            position: attempt.position,
                             payload,
                         },
                     },
@@ -404,6 +516,7 @@ impl CoordinatorNode {
             }
             Command::SendDecision {
                 txid,
+                gtid,
                 participant,
                 decision,
                 attempt: _,
@@ -420,8 +533,10 @@ impl CoordinatorNode {
                         decision,
                         request: DecisionRequest {
                             txid,
+                            gtid,
                             coordinator_id: identity.coordinator_id,
                             epoch: identity.epoch,
+                            incarnation: identity.incarnation,
                         },
                     },
                 });
@@ -433,28 +548,6 @@ impl CoordinatorNode {
                 after_ms,
             } => {
                 self.timer_after(io, after_ms, Timer::RetryDue(txid, participant));
-            }
-            Command::Reply { waiter, reply } if self.query_waiters.contains_key(&waiter) => {
-                let Some((rid, from, txid)) = self.query_waiters.remove(&waiter) else {
-                    return;
-                };
-                let answer = match reply {
-                    coordinator::engine::Reply::Outcome(r) => match r.outcome {
-                        protocol::Outcome::Committed => protocol::DecisionStatus::Commit,
-                        protocol::Outcome::Aborted => protocol::DecisionStatus::Abort,
-                    },
-                    coordinator::engine::Reply::Conflict { .. }
-                    | coordinator::engine::Reply::LogFailed { .. } => return,
-                };
-                io.send(Msg {
-                    to: Some(Node::Participant(from.0)),
-                    body: Body::QueryAnswer {
-                        rid,
-                        to: from.1,
-                        txid,
-                        answer,
-                    },
-                });
             }
             Command::Reply { waiter, reply } => {
                 if let Some((order, attempt)) = self.waiters.remove(&waiter) {
@@ -495,6 +588,11 @@ impl CoordinatorNode {
             );
         }
     }
+}
+
+/// Whether a participant's error answer proves this run's log is behind what it saw.
+fn fences_out(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::StaleEpoch | ErrorCode::IncarnationConflict)
 }
 
 /// A client transaction as the coordinator's API hands it to the engine.

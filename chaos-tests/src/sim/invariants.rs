@@ -6,10 +6,10 @@
 //! coordinator decisions that ever became durable (durable records are never lost), and what
 //! each client was told.
 
-use protocol::{Decision, Outcome, TxId};
+use protocol::{Decision, DecisionStatus, GlobalTxId, Outcome};
 
 use super::participant_node::Ended;
-use super::world::World;
+use super::world::{Client, World};
 use crate::checkout::Order;
 
 type Violation = (&'static str, String);
@@ -27,8 +27,11 @@ impl World {
                 return Err(("atomicity", conflict.clone()));
             }
         }
+        for gtid in self.coordinator.attempts.keys() {
+            self.check_attempt(gtid)?;
+        }
         for client in &self.clients {
-            self.check_tx(client)?;
+            self.check_client(client)?;
         }
         for (p, node) in self.participants.iter().enumerate() {
             // The store changes only with the participant's log (a Committed record applies,
@@ -41,17 +44,17 @@ impl World {
         Ok(())
     }
 
-    fn ended_at<'a>(&'a self, txid: &'a TxId) -> impl Iterator<Item = (usize, Ended)> + 'a {
+    fn ended_at<'a>(&'a self, gtid: &'a GlobalTxId) -> impl Iterator<Item = (usize, Ended)> + 'a {
         self.participants
             .iter()
-            .filter_map(move |p| p.ended.get(txid).map(|e| (p.index, *e)))
+            .filter_map(move |p| p.ended.get(gtid).map(|e| (p.index, *e)))
     }
 
-    fn check_tx(&self, client: &super::world::Client) -> Result<(), Violation> {
-        let txid = &client.tx.txid;
-        // One lookup per participant; the checks below reuse it.
+    /// One attempt, across the participants: atomicity, and agreement with the coordinator's
+    /// durable decisions (the ground truth, kept across crashes and restores of its disk).
+    fn check_attempt(&self, gtid: &GlobalTxId) -> Result<(), Violation> {
         let (mut committed, mut not_committed, mut aborted) = (None, None, None);
-        for (p, ended) in self.ended_at(txid) {
+        for (p, ended) in self.ended_at(gtid) {
             match ended {
                 Ended::Committed => committed = committed.or(Some(p)),
                 Ended::Aborted => {
@@ -65,10 +68,10 @@ impl World {
         if let (Some(c), Some((a, how))) = (committed, not_committed) {
             return Err((
                 "atomicity",
-                format!("{txid} committed at participant {c} but {how:?} at participant {a}"),
+                format!("{gtid} committed at participant {c} but {how:?} at participant {a}"),
             ));
         }
-        let decision = self.coordinator.durable_decisions.get(txid).copied();
+        let decision = self.coordinator.durable_decisions.get(gtid).copied();
         // Agreement: a participant commits only a durable commit decision; aborts only what the
         // coordinator did not durably commit (no record at all is presumed abort).
         if let Some(p) = committed
@@ -77,7 +80,7 @@ impl World {
             return Err((
                 "agreement",
                 format!(
-                    "{txid} committed at participant {p} while the coordinator's durable \
+                    "{gtid} committed at participant {p} while the coordinator's durable \
                      decision is {decision:?}"
                 ),
             ));
@@ -88,38 +91,61 @@ impl World {
             return Err((
                 "agreement",
                 format!(
-                    "{txid} {how:?} at participant {p} but the coordinator durably committed it"
+                    "{gtid} {how:?} at participant {p} but the coordinator durably committed it"
                 ),
             ));
         }
-        // Durability of what a client saw: it is the durable decision, and no participant
-        // ends the other way.
-        if let Some(seen) = client.observed {
+        Ok(())
+    }
+
+    /// Durability of what a client saw: each answer is its attempt's durable decision, and no
+    /// participant ends that attempt the other way.
+    fn check_client(&self, client: &Client) -> Result<(), Violation> {
+        for (gtid, seen) in &client.observed {
             let want = match seen {
                 Outcome::Committed => Decision::Commit,
                 Outcome::Aborted => Decision::Abort,
             };
+            let decision = self.coordinator.durable_decisions.get(gtid).copied();
             if decision != Some(want) {
                 return Err((
                     "durability",
                     format!(
-                        "client saw {seen:?} for {txid} but the coordinator's durable decision \
-                         is {decision:?}"
+                        "client {} saw {seen:?} for {gtid} but the coordinator's durable \
+                         decision is {decision:?}",
+                        client.order.id
                     ),
                 ));
             }
-            let contradicts = match seen {
-                Outcome::Committed => not_committed,
-                Outcome::Aborted => committed.map(|p| (p, Ended::Committed)),
-            };
+            let contradicts = self.ended_at(gtid).find(|(_, ended)| match seen {
+                Outcome::Committed => *ended != Ended::Committed,
+                Outcome::Aborted => *ended == Ended::Committed,
+            });
             if let Some((p, how)) = contradicts {
                 return Err((
                     "durability",
-                    format!("client saw {seen:?} for {txid} but participant {p} has it {how:?}"),
+                    format!(
+                        "client {} saw {seen:?} for {gtid} but participant {p} has it {how:?}",
+                        client.order.id
+                    ),
                 ));
             }
         }
         Ok(())
+    }
+
+    /// How many attempts of `client`'s order participant `index` committed: a client retry
+    /// after its outcome was forgotten (a tiny `retained_max`) is a new attempt and may commit
+    /// again; each attempt applies at most once.
+    fn committed_attempts(&self, index: usize, client: &Client) -> i64 {
+        let ended = &self.participants[index].ended;
+        self.coordinator
+            .attempts
+            .iter()
+            .filter(|(gtid, (_, digest))| {
+                *digest == client.tx.digest && ended.get(*gtid) == Some(&Ended::Committed)
+            })
+            .count() as i64
     }
 
     /// No double apply, the store agrees with the log, and conservation, at one participant.
@@ -129,42 +155,26 @@ impl World {
             return Ok(());
         };
         let store = engine.resource();
-        let mut applied: Vec<&Order> = Vec::new();
+        let mut applied: Vec<(&Order, i64)> = Vec::new();
         for client in &self.clients {
             let order = &client.order;
             let marker = &client.markers[index];
-            let entry = store.get(marker);
-            let logged = p.ended.get(&client.tx.txid) == Some(&Ended::Committed);
-            match &entry {
-                Some(e) if e.version > 1 => {
-                    return Err((
-                        "no double apply",
-                        format!(
-                            "{} applied {} times at participant {index} ({marker} is at version {})",
-                            order.id, e.version, e.version
-                        ),
-                    ));
-                }
-                Some(_) if !logged => {
-                    return Err((
-                        "no double apply",
-                        format!(
-                            "{} is applied at participant {index} without a Committed record",
-                            order.id
-                        ),
-                    ));
-                }
-                None if logged => {
-                    return Err((
-                        "no double apply",
-                        format!(
-                            "{} has a Committed record at participant {index} but was never applied",
-                            order.id
-                        ),
-                    ));
-                }
-                Some(_) => applied.push(order),
-                None => {}
+            // The marker's version counts the times the order was applied here; each committed
+            // attempt applies it exactly once.
+            let times = store.get(marker).map_or(0, |e| e.version as i64);
+            let committed = self.committed_attempts(index, client);
+            if times != committed {
+                return Err((
+                    "no double apply",
+                    format!(
+                        "{} applied {times} times at participant {index} ({marker}) but \
+                         {committed} of its attempts are logged committed there",
+                        order.id
+                    ),
+                ));
+            }
+            if times > 0 {
+                applied.push((order, times));
             }
         }
         let int = |key: &str| {
@@ -179,8 +189,8 @@ impl World {
                     let (stock, sold) = (int(stock), int(sold));
                     let expected_sold: i64 = applied
                         .iter()
-                        .filter(|o| o.sku == sku)
-                        .map(|o| o.quantity)
+                        .filter(|(o, _)| o.sku == sku)
+                        .map(|(o, times)| o.quantity * times)
                         .sum();
                     if stock < 0 || stock + sold != self.shop.stock_per_sku || sold != expected_sold
                     {
@@ -200,8 +210,8 @@ impl World {
                     let (balance, spent) = (int(balance), int(spent));
                     let expected_spent: i64 = applied
                         .iter()
-                        .filter(|o| o.customer == customer)
-                        .map(|o| o.amount)
+                        .filter(|(o, _)| o.customer == customer)
+                        .map(|(o, times)| o.amount * times)
                         .sum();
                     if balance < 0
                         || balance + spent != self.shop.balance_per_customer
@@ -223,29 +233,77 @@ impl World {
         Ok(())
     }
 
-    /// After healing and quiescence: every transaction resolved the same way everywhere.
+    /// After healing and quiescence: every attempt resolved the same way everywhere, except
+    /// attempts a participant holds in doubt because the coordinator's log cannot prove their
+    /// outcome (`unknown`, or an answer from a run it must ignore). Those must really be
+    /// undecidable from the coordinator's log as it now stands, and only a restore of its disk
+    /// can make one (a crash that lost a Begin leaves an earlier run the log holds whole).
     pub(super) fn check_final(&self) -> Result<(), Violation> {
         self.check()?;
         for p in 0..self.participants.len() {
             self.check_store(p)?;
         }
-        for client in &self.clients {
-            let txid = &client.tx.txid;
-            let decision = self.coordinator.durable_decisions.get(txid).copied();
+        let mut undecidable: Vec<(usize, GlobalTxId)> = Vec::new();
+        for (index, node) in self.participants.iter().enumerate() {
+            for (txid, coordinator_id, query) in node.undecidable() {
+                let (Some(engine), Some(fence)) = (
+                    &self.coordinator.engine,
+                    node.engine
+                        .as_ref()
+                        .and_then(|e| e.highest_epoch(&coordinator_id)),
+                ) else {
+                    continue;
+                };
+                let answer = engine.decision_for(&txid, Some(&query));
+                // The participant obeys a later epoch, or the run it holds the epoch of.
+                let obeys = engine.identity().is_some_and(|run| {
+                    run.epoch > fence.epoch
+                        || (run.epoch == fence.epoch && run.incarnation == fence.incarnation)
+                });
+                let obeyable = matches!(
+                    answer.decision,
+                    DecisionStatus::Commit | DecisionStatus::Abort
+                ) && obeys;
+                if obeyable {
+                    return Err((
+                        "liveness",
+                        format!(
+                            "participant {index} holds {} in doubt, but the coordinator can \
+                             answer it ({:?}) at an epoch it obeys",
+                            query.gtid, answer.decision
+                        ),
+                    ));
+                }
+                undecidable.push((index, query.gtid));
+            }
+        }
+        if !undecidable.is_empty() && self.coordinator.restores == 0 {
+            return Err((
+                "liveness",
+                format!(
+                    "attempts in doubt for ever {undecidable:?}, but the coordinator's disk was \
+                     never put back from a copy: a log that only crashed can answer every \
+                     attempt it began"
+                ),
+            ));
+        }
+        for gtid in self.coordinator.attempts.keys() {
+            let decision = self.coordinator.durable_decisions.get(gtid).copied();
             let committed = self
-                .ended_at(txid)
+                .ended_at(gtid)
                 .filter(|(_, e)| *e == Ended::Committed)
                 .count();
-            let want = match decision {
-                Some(Decision::Commit) => self.participants.len(),
-                Some(Decision::Abort) | None => 0,
+            let in_doubt = undecidable.iter().filter(|(_, g)| g == gtid).count();
+            let resolved = match decision {
+                Some(Decision::Commit) => committed + in_doubt == self.participants.len(),
+                Some(Decision::Abort) | None => committed == 0,
             };
-            if committed != want {
+            if !resolved {
                 return Err((
                     "liveness",
                     format!(
-                        "{txid}: durable decision {decision:?} but {committed} of {} participants \
-                         committed after the run went quiet",
+                        "{gtid}: durable decision {decision:?} but {committed} of {} participants \
+                         committed ({in_doubt} in doubt for ever) after the run went quiet",
                         self.participants.len()
                     ),
                 ));

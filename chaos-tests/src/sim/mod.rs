@@ -44,6 +44,9 @@ pub enum Mutation {
     VoteBeforePreparedDurable,
     /// The coordinator counts a prepare that timed out as a yes.
     TimeoutCountsAsYes,
+    /// The coordinator answers `abort` where its log cannot prove it (`unknown`): the old
+    /// presumed abort for any id with no record, which a restored backup turns into a split.
+    AbortWhenUnknown,
 }
 
 /// The shape of one run.
@@ -83,6 +86,15 @@ pub struct RunStats {
     pub crashes: u64,
     pub committed: u64,
     pub aborted: u64,
+    /// Attempts begun.
+    pub attempts: u64,
+    /// Attempts of an order that already had one: a retry that met a forgotten outcome.
+    pub reattempts: u64,
+    /// Coordinator disks put back from an operator's copy.
+    pub restores: u64,
+    /// Attempts a participant still holds in doubt at the end because the coordinator's log
+    /// cannot prove their outcome (correct; an operator resolves them).
+    pub undecidable: u64,
 }
 
 /// A run that broke an invariant: everything needed to understand and replay it.
@@ -120,7 +132,7 @@ impl fmt::Display for Failure {
             Mutation::None => write!(
                 f,
                 "replay this seed with: TWOPC_SIM_SEED={} {orders}cargo test -p twopc-chaos-tests \
-                 --test simulation every_invariant_holds_on_every_seed",
+                 --test simulation every_invariant_holds_on_shard_0",
                 self.seed
             ),
             mutation => write!(
@@ -155,13 +167,23 @@ pub fn run_seed(seed: u64, config: SimConfig) -> Result<RunStats, Failure> {
             });
         }
     };
-    for client in &world.clients {
-        match world.coordinator.durable_decisions.get(&client.tx.txid) {
+    let mut bodies = std::collections::BTreeSet::new();
+    for (gtid, (_, digest)) in &world.coordinator.attempts {
+        stats.attempts += 1;
+        if !bodies.insert(digest.0) {
+            stats.reattempts += 1;
+        }
+        match world.coordinator.durable_decisions.get(gtid) {
             Some(protocol::Decision::Commit) => stats.committed += 1,
             Some(protocol::Decision::Abort) => stats.aborted += 1,
             None => {}
         }
     }
+    stats.undecidable = world
+        .participants
+        .iter()
+        .map(|p| p.undecidable().len() as u64)
+        .sum();
     Ok(stats)
 }
 

@@ -9,7 +9,10 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use coordinator::engine::Reply as ClientReply;
-use protocol::{Decision, DecisionRequest, DecisionStatus, PrepareRequest, TxId, Vote};
+use protocol::{
+    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, ErrorCode, PrepareRequest,
+    TxId, Vote,
+};
 
 /// Identifies an outstanding request (an HTTP call) so its response and its timeout resolve it
 /// once.
@@ -41,11 +44,11 @@ pub enum Body {
         from: Incarnation,
         request: PrepareRequest,
     },
-    /// `Ok(vote)` or a non-vote answer (a rejection: 4xx).
+    /// `Ok(vote)` or a non-vote answer (a rejection: 4xx with its error code).
     PrepareAnswer {
         rid: RequestId,
         to: Incarnation,
-        answer: Result<Vote, String>,
+        answer: Result<Vote, (ErrorCode, String)>,
     },
     Decide {
         rid: RequestId,
@@ -56,19 +59,19 @@ pub enum Body {
     DecideAnswer {
         rid: RequestId,
         to: Incarnation,
-        answer: Result<(), String>,
+        answer: Result<(), (ErrorCode, String)>,
     },
-    /// Participant in doubt -> coordinator: `GET /v1/transactions/{txid}/decision`.
+    /// Participant in doubt -> coordinator: `GET /v1/transactions/{txid}/decision?{query}`.
     Query {
         rid: RequestId,
         from: (usize, Incarnation),
         txid: TxId,
+        query: DecisionQuery,
     },
     QueryAnswer {
         rid: RequestId,
         to: Incarnation,
-        txid: TxId,
-        answer: DecisionStatus,
+        answer: DecisionQueryResponse,
     },
 }
 
@@ -97,6 +100,11 @@ pub enum Ev {
     Crash(Node),
     Restart(Node),
     Checkpoint(Node),
+    /// An operator stops the coordinator cleanly and copies its data directory.
+    Backup,
+    /// An operator stops the coordinator and puts the copy back (the restore the docs must
+    /// never advise, and that the coordinator must survive without splitting a decision).
+    Restore,
     /// A client sends (or resends) an order.
     ClientSend {
         order: usize,

@@ -13,14 +13,14 @@ use participant::kv::KvStore;
 use participant::record::Record;
 use participant::snapshot::Snapshot;
 use participant::{Command, Engine, EngineConfig, Event, Reply};
-use protocol::{Decision, TxId, Vote};
+use protocol::{Decision, GlobalTxId, Vote};
 
 use super::Mutation;
 use super::disk::Disk;
 use super::io::Io;
 use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
 
-/// How a transaction ended at a participant, as its log says.
+/// How an attempt ended at a participant, as its log says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     Committed,
@@ -34,7 +34,7 @@ pub enum Ended {
 #[derive(Debug, Clone)]
 pub struct PartSnapshot {
     pub engine: Snapshot,
-    pub ended: BTreeMap<TxId, Ended>,
+    pub ended: BTreeMap<GlobalTxId, Ended>,
 }
 
 #[derive(Debug)]
@@ -48,12 +48,12 @@ pub struct ParticipantNode {
     pub incarnation: Incarnation,
     pub engine: Option<Engine<KvStore>>,
     /// Outcomes in the current log (snapshot included); rebuilt from what a crash kept.
-    pub ended: BTreeMap<TxId, Ended>,
-    /// A txid that ended two ways in this participant's log.
+    pub ended: BTreeMap<GlobalTxId, Ended>,
+    /// An attempt that ended two ways in this participant's log.
     pub conflict: Option<String>,
     /// Replies waiting for their forced record: (sequence number, message).
     reply_waits: Vec<(u64, Msg)>,
-    queries: BTreeMap<RequestId, TxId>,
+    queries: BTreeMap<RequestId, GlobalTxId>,
     sync_scheduled: bool,
     /// Bumped whenever the log or the engine's store may have changed; `checked` is the value
     /// the last store check saw.
@@ -94,30 +94,30 @@ impl ParticipantNode {
         Node::Participant(self.index)
     }
 
-    fn note_ended(&mut self, txid: &TxId, ended: Ended) {
-        match self.ended.get(txid) {
-            Some(old) if *old != ended => {
-                // Refused then prepared again is impossible while the tombstone lives; anything
-                // else ending twice differently is a broken promise.
+    fn note_ended(&mut self, gtid: &GlobalTxId, ended: Ended) {
+        match self.ended.get(gtid) {
+            // Refused, then aborted: a late abort met a forgotten no vote and left a tombstone.
+            // Both say "not committed"; only committed against not committed breaks a promise.
+            Some(old) if (*old == Ended::Committed) != (ended == Ended::Committed) => {
                 self.conflict.get_or_insert_with(|| {
                     format!(
-                        "participant {} logged {txid} as {old:?} and then as {ended:?}",
+                        "participant {} logged {gtid} as {old:?} and then as {ended:?}",
                         self.index
                     )
                 });
             }
             Some(_) => {}
             None => {
-                self.ended.insert(txid.clone(), ended);
+                self.ended.insert(gtid.clone(), ended);
             }
         }
     }
 
     fn note_record(&mut self, record: &Record) {
         match record {
-            Record::Committed { txid, .. } => self.note_ended(&txid.clone(), Ended::Committed),
-            Record::Aborted { txid, .. } => self.note_ended(&txid.clone(), Ended::Aborted),
-            Record::Refused { txid, .. } => self.note_ended(&txid.clone(), Ended::Refused),
+            Record::Committed { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Committed),
+            Record::Aborted { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Aborted),
+            Record::Refused { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Refused),
             Record::Prepared { .. } | Record::Fence { .. } => {}
         }
     }
@@ -155,6 +155,42 @@ impl ParticipantNode {
         io.note(|| format!("participant {} up", self.index));
         self.arm_tick(io);
         Ok(())
+    }
+
+    /// Attempts this participant holds prepared whose last answer from the coordinator was
+    /// `unknown` (its log cannot prove the outcome) or was ignored (another coordinator id, a
+    /// lower epoch): in doubt until an operator resolves them, which is correct, not stuck.
+    pub fn undecidable(
+        &self,
+    ) -> Vec<(
+        protocol::TxId,
+        protocol::CoordinatorId,
+        protocol::DecisionQuery,
+    )> {
+        let Some(engine) = &self.engine else {
+            return Vec::new();
+        };
+        engine
+            .prepared_list()
+            .into_iter()
+            .filter(|p| {
+                p.last_answer
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with("unknown") || a.starts_with("ignored"))
+            })
+            .map(|p| {
+                (
+                    p.txid,
+                    p.coordinator_id,
+                    protocol::DecisionQuery {
+                        gtid: p.gtid,
+                        incarnation: p.incarnation,
+                        epoch: p.epoch,
+                        position: p.position,
+                    },
+                )
+            })
+            .collect()
     }
 
     pub fn crash(&mut self, extra: usize) {
@@ -226,8 +262,11 @@ impl ParticipantNode {
                 let is_yes = matches!(reply, Some((Reply::Vote(Vote::Yes), _)));
                 let answer = match reply {
                     Some((Reply::Vote(vote), wait)) => (Ok(vote), wait),
-                    Some((Reply::Reject(r), wait)) => (Err(r.to_string()), wait),
-                    Some((Reply::Ack, wait)) => (Err("ack to a prepare".into()), wait),
+                    Some((Reply::Reject(r), wait)) => (Err((r.code(), r.to_string())), wait),
+                    Some((Reply::Ack, wait)) => (
+                        Err((protocol::ErrorCode::Internal, "ack to a prepare".into())),
+                        wait,
+                    ),
                     None => return,
                 };
                 let msg = Msg {
@@ -255,8 +294,11 @@ impl ParticipantNode {
                 };
                 let (answer, wait) = match self.step(io, event) {
                     Some((Reply::Ack, wait)) => (Ok(()), wait),
-                    Some((Reply::Reject(r), wait)) => (Err(r.to_string()), wait),
-                    Some((Reply::Vote(_), wait)) => (Err("vote to a decision".into()), wait),
+                    Some((Reply::Reject(r), wait)) => (Err((r.code(), r.to_string())), wait),
+                    Some((Reply::Vote(_), wait)) => (
+                        Err((protocol::ErrorCode::Internal, "vote to a decision".into())),
+                        wait,
+                    ),
                     None => return,
                 };
                 let msg = Msg {
@@ -269,18 +311,13 @@ impl ParticipantNode {
                 };
                 self.reply(io, msg, wait);
             }
-            Body::QueryAnswer {
-                rid,
-                to,
-                txid: _,
-                answer,
-            } if to == self.incarnation => {
-                if let Some(txid) = self.queries.remove(&rid) {
+            Body::QueryAnswer { rid, to, answer } if to == self.incarnation => {
+                if let Some(gtid) = self.queries.remove(&rid) {
                     let entropy = io.rng.u64(..);
                     self.step(
                         io,
                         Event::DecisionAnswer {
-                            txid,
+                            gtid,
                             answer: Some(answer),
                             now_ms: io.now_ms,
                             entropy,
@@ -314,12 +351,12 @@ impl ParticipantNode {
                 self.arm_tick(io);
             }
             Timer::RequestTimeout(rid) => {
-                if let Some(txid) = self.queries.remove(&rid) {
+                if let Some(gtid) = self.queries.remove(&rid) {
                     let entropy = io.rng.u64(..);
                     self.step(
                         io,
                         Event::DecisionAnswer {
-                            txid,
+                            gtid,
                             answer: None,
                             now_ms: io.now_ms,
                             entropy,
@@ -350,15 +387,16 @@ impl ParticipantNode {
                     }
                 }
                 Command::Reply(r) => reply = Some(r),
-                Command::AskDecision { txid } => {
+                Command::AskDecision { txid, query } => {
                     let rid = io.rid();
-                    self.queries.insert(rid, txid.clone());
+                    self.queries.insert(rid, query.gtid.clone());
                     io.send(Msg {
                         to: Some(Node::Coordinator),
                         body: Body::Query {
                             rid,
                             from: (self.index, self.incarnation),
                             txid,
+                            query,
                         },
                     });
                     io.after(

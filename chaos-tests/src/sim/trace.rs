@@ -82,8 +82,8 @@ pub(super) fn describe(ev: &Ev) -> String {
                 },
                 Body::Prepare { rid, request, .. } => {
                     format!(
-                        "prepare {} (rid {rid}, epoch {})",
-                        request.txid, request.epoch
+                        "prepare {} as {} (rid {rid}, epoch {})",
+                        request.txid, request.gtid, request.epoch
                     )
                 }
                 Body::PrepareAnswer { rid, answer, .. } => format!("vote {answer:?} (rid {rid})"),
@@ -92,10 +92,20 @@ pub(super) fn describe(ev: &Ev) -> String {
                     decision,
                     request,
                     ..
-                } => format!("{decision:?} {} (rid {rid})", request.txid),
+                } => format!(
+                    "{decision:?} {} (rid {rid}, epoch {})",
+                    request.gtid, request.epoch
+                ),
                 Body::DecideAnswer { rid, answer, .. } => format!("ack {answer:?} (rid {rid})"),
-                Body::Query { txid, from, .. } => format!("query {txid} from {}", from.0),
-                Body::QueryAnswer { txid, answer, .. } => format!("decision {txid}: {answer:?}"),
+                Body::Query { query, from, .. } => {
+                    format!("query {} from {}", query.gtid, from.0)
+                }
+                Body::QueryAnswer { rid, answer, .. } => format!(
+                    "decision (rid {rid}): {:?} at epoch {:?} {}",
+                    answer.decision,
+                    answer.epoch.map(|e| e.0),
+                    answer.reason.as_deref().unwrap_or("")
+                ),
             };
             format!("deliver to {to}: {what}")
         }
@@ -104,6 +114,8 @@ pub(super) fn describe(ev: &Ev) -> String {
         Ev::Crash(node) => format!("crash {node:?}"),
         Ev::Restart(node) => format!("restart {node:?}"),
         Ev::Checkpoint(node) => format!("checkpoint {node:?}"),
+        Ev::Backup => "operator stops the coordinator and copies its data directory".into(),
+        Ev::Restore => "operator stops the coordinator and restores the copy".into(),
         Ev::ClientSend { order, attempt } => format!("client sends o-{order} attempt {attempt}"),
         Ev::ClientTimeout { order, attempt } => {
             format!("client timeout o-{order} attempt {attempt}")

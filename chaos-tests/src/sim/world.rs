@@ -7,7 +7,7 @@ use coordinator::digest::Digest;
 use coordinator::engine::{EngineConfig as CoordConfig, Reply as ClientReply, WaitFor};
 use participant::EngineConfig as PartConfig;
 use participant::kv::KvStore;
-use protocol::{Outcome, ParticipantName, TxId};
+use protocol::{GlobalTxId, Outcome, ParticipantName, TxId};
 
 use super::coordinator_node::{CoordinatorNode, SubmitTx};
 use super::io::Io;
@@ -21,8 +21,12 @@ use crate::checkout::{self, CheckoutConfig, Order};
 pub struct Client {
     pub order: Order,
     pub tx: SubmitTx,
-    /// The outcome the client saw (the first answer; any later one must match).
-    pub observed: Option<Outcome>,
+    /// Every outcome the client saw, with the attempt it came from (the answers of one attempt
+    /// must agree; a retry after the outcome was forgotten is another attempt).
+    pub observed: Vec<(GlobalTxId, Outcome)>,
+    /// Another client uses the same id with another body (a client id reused), so `409
+    /// id_conflict` is a fair answer while the other's outcome is remembered.
+    pub shared_id: bool,
     pub attempts: u32,
     /// An attempt is waiting for an answer or a retry is scheduled.
     pub busy: bool,
@@ -101,11 +105,23 @@ impl World {
         .iter()
         .map(|n| ParticipantName::new(*n).expect("constant names are valid"))
         .collect();
+        // A third of the runs remember almost nothing: outcomes and tombstones leave within a
+        // transaction or two, so every retry and every late message meets a forgotten id.
+        let retained_max = if io.rng.u32(0..3) == 0 {
+            io.rng.usize(1..=3)
+        } else {
+            10_000
+        };
+        let tombstones_max = if io.rng.u32(0..3) == 0 {
+            io.rng.usize(1..=4)
+        } else {
+            1_000_000
+        };
         let coordinator = CoordinatorNode::new(
             CoordConfig {
                 retry_base_ms: 50,
                 retry_max_ms: 800,
-                retained_max: 10_000,
+                retained_max,
             },
             names.clone(),
         );
@@ -114,7 +130,7 @@ impl World {
             decision_backoff_base_ms: 50,
             decision_backoff_max_ms: 800,
             tombstone_retention_ms: u64::MAX / 4,
-            tombstones_max: 1_000_000,
+            tombstones_max,
         };
         let participants = shop
             .seeds()
@@ -144,8 +160,18 @@ impl World {
             } else {
                 WaitFor::Decision
             };
+            // A quarter of the later orders reuse an earlier client's id with their own body.
+            let reused = (index > 0 && io.rng.u32(0..4) == 0).then(|| io.rng.usize(0..index));
+            let txid = match reused {
+                Some(earlier) => {
+                    let earlier: &mut Client = &mut clients[earlier];
+                    earlier.shared_id = true;
+                    earlier.tx.txid.clone()
+                }
+                None => TxId::new(order.id.clone()).expect("order ids are valid"),
+            };
             let tx = SubmitTx {
-                txid: TxId::new(order.id.clone()).expect("order ids are valid"),
+                txid,
                 digest: Digest(index as u128 + 1),
                 participants,
                 timeout_ms: io.rng.u64(60..=400),
@@ -156,7 +182,8 @@ impl World {
                 markers,
                 order,
                 tx,
-                observed: None,
+                observed: Vec::new(),
+                shared_id: reused.is_some(),
                 attempts: 0,
                 busy: true,
             });
@@ -204,7 +231,12 @@ impl World {
             self.queue.push(0, Ev::Restart(Node::Participant(i)));
         }
         for order in 0..self.clients.len() {
-            let at = self.io.rng.u64(1..=window / 2);
+            // A reused id comes later, mostly after the first use of it is over.
+            let at = if self.clients[order].shared_id && self.io.rng.bool() {
+                self.io.rng.u64(window / 2..=window)
+            } else {
+                self.io.rng.u64(1..=window / 2)
+            };
             self.queue.push(at, Ev::ClientSend { order, attempt: 1 });
         }
         if self.config.faults {
@@ -217,6 +249,14 @@ impl World {
                 let at = self.io.rng.u64(1..window);
                 let node = self.random_node();
                 self.queue.push(at, Ev::Checkpoint(node));
+            }
+            // A quarter of the faulty runs: an operator copies the coordinator's data directory
+            // while it is stopped, and later puts the copy back.
+            if self.io.rng.u32(0..4) == 0 {
+                let backup_at = self.io.rng.u64(1..window / 2);
+                let restore_at = self.io.rng.u64(backup_at + 1..window);
+                self.queue.push(backup_at, Ev::Backup);
+                self.queue.push(restore_at, Ev::Restore);
             }
             self.queue.push(window, Ev::Heal);
         }
@@ -346,6 +386,19 @@ impl World {
             },
             Ev::Crash(node) => self.crash(node),
             Ev::Restart(node) => self.restart(node)?,
+            Ev::Backup if !self.healed => {
+                self.coordinator.backup();
+                let downtime = self.io.rng.u64(20..=300);
+                self.io.after(downtime, Ev::Restart(Node::Coordinator));
+            }
+            Ev::Restore if !self.healed => {
+                if self.coordinator.restore() {
+                    self.stats.restores += 1;
+                    let downtime = self.io.rng.u64(20..=300);
+                    self.io.after(downtime, Ev::Restart(Node::Coordinator));
+                }
+            }
+            Ev::Backup | Ev::Restore => {}
             Ev::Checkpoint(node) => match node {
                 Node::Coordinator => self.coordinator.checkpoint(&mut self.io),
                 Node::Participant(i) => self.participants[i].checkpoint(&mut self.io),
@@ -362,7 +415,7 @@ impl World {
             }
             Ev::ClientTimeout { order, attempt } => {
                 let client = &mut self.clients[order];
-                if client.observed.is_none() && client.attempts == attempt {
+                if client.observed.is_empty() && client.attempts == attempt {
                     if attempt < CLIENT_ATTEMPTS_MAX {
                         let backoff = self.io.rng.u64(10..=500);
                         self.io.after(
@@ -451,32 +504,36 @@ impl World {
         };
         let client = &mut self.clients[order];
         let outcome = match reply {
-            ClientReply::Outcome(response) => Ok(response.outcome),
+            ClientReply::Outcome(response) => Ok((response.gtid, response.outcome)),
+            // The id is another client's while its outcome is remembered: try again later
+            // (the client's timeout retries), or give up.
+            ClientReply::Conflict { .. } if client.shared_id => return,
             ClientReply::Conflict { txid } => Err(format!("409 conflict for {txid}")),
             ClientReply::LogFailed { error } => Err(format!("log failed: {error}")),
         };
         match outcome {
-            Ok(outcome) => {
-                if let Some(seen) = client.observed
-                    && seen != outcome
+            Ok((gtid, outcome)) => {
+                if let Some((_, seen)) = client.observed.iter().find(|(g, _)| *g == gtid)
+                    && *seen != outcome
                 {
                     self.problem = Some((
                         "durability",
                         format!(
-                            "client saw two outcomes for {}: {seen:?}, then {outcome:?}",
+                            "client saw two outcomes for attempt {gtid} of {}: {seen:?}, then \
+                             {outcome:?}",
                             client.order.id
                         ),
                     ));
                     return;
                 }
-                client.observed = Some(outcome);
-                client.busy = false;
                 self.io.note(|| {
                     format!(
-                        "client {} attempt {attempt} sees {outcome:?}",
+                        "client {} attempt {attempt} sees {outcome:?} ({gtid})",
                         client.order.id
                     )
                 });
+                client.observed.push((gtid, outcome));
+                client.busy = false;
             }
             Err(e) => {
                 self.problem = Some((
@@ -487,16 +544,21 @@ impl World {
         }
     }
 
+    /// Nothing left to do: the coordinator has nothing live (or is behind and refuses work;
+    /// what it still holds it cannot deliver to participants that fenced it out), every
+    /// participant's prepared attempt is one the coordinator cannot decide, and no client waits.
     fn quiescent(&self) -> bool {
         let Some(engine) = &self.coordinator.engine else {
             return false;
         };
         let g = engine.gauges();
-        g.preparing + g.committing + g.aborting + g.pending_acks == 0
-            && self
-                .participants
-                .iter()
-                .all(|p| p.engine.as_ref().is_some_and(|e| e.prepared_len() == 0))
+        (g.preparing + g.committing + g.aborting + g.pending_acks == 0
+            || self.coordinator.is_behind())
+            && self.participants.iter().all(|p| {
+                p.engine
+                    .as_ref()
+                    .is_some_and(|e| e.prepared_len() == p.undecidable().len())
+            })
             && self.clients.iter().all(|c| !c.busy)
     }
 }
