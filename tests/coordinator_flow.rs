@@ -19,9 +19,12 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
 
     let (status, body) = c.submit("?wait=acked", &two_party("order-1", &a, &b)).await;
     assert_eq!(status, 200, "{body}");
+    // The answer names the attempt participants know it by: the first position of this run.
+    let gtid = body["gtid"].as_str().unwrap_or_default().to_string();
     assert_eq!(
         body,
-        json!({"id": "order-1", "outcome": "committed", "reason": null, "participants": [
+        json!({"id": "order-1", "gtid": gtid, "outcome": "committed", "reason": null,
+            "participants": [
             {"name": "inventory", "vote": "yes", "acked": true},
             {"name": "payments", "vote": "yes", "acked": true}]})
     );
@@ -32,19 +35,46 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
         let prepare = &got[0].body;
         assert_eq!(prepare["txid"], "order-1");
         assert_eq!(prepare["epoch"], 1);
+        let coordinator_id = prepare["coordinator_id"].as_str().unwrap();
+        assert!(coordinator_id.starts_with("c-"), "{prepare}");
+        let incarnation = prepare["incarnation"].as_str().unwrap();
         assert!(
-            prepare["coordinator_id"]
-                .as_str()
-                .unwrap()
-                .starts_with("c-")
+            incarnation.len() == 16
+                && incarnation
+                    .chars()
+                    .all(|ch| matches!(ch, '0'..='9' | 'a'..='f')),
+            "incarnation is 16 lowercase hex digits: {prepare}"
         );
+        assert_eq!(prepare["position"], 1, "{prepare}");
+        assert_eq!(
+            prepare["gtid"].as_str(),
+            Some(format!("{coordinator_id}:{incarnation}:1").as_str()),
+            "gtid = coordinator_id:incarnation:position"
+        );
+        assert_eq!(prepare["gtid"].as_str(), Some(gtid.as_str()));
         assert!(prepare["payload"]["ops"].is_array());
-        assert_eq!(got[1].body["coordinator_id"], prepare["coordinator_id"]);
+        // The commit names the same attempt, from the same run.
+        let commit = &got[1].body;
+        for field in ["txid", "gtid", "coordinator_id", "epoch", "incarnation"] {
+            assert_eq!(commit[field], prepare[field], "{field}: {commit}");
+        }
     }
     let status = c.wait_state("order-1", "committed", WAIT).await;
     assert!(status["ended_at_ms"].is_u64(), "{status}");
-    let (_, decision) = c.get("/v1/transactions/order-1/decision").await;
-    assert_eq!(decision["decision"], "commit");
+    assert_eq!(status["gtid"].as_str(), Some(gtid.as_str()), "{status}");
+    let decision = c.decision_for(&a.prepare_of("order-1")).await;
+    assert_eq!(decision["decision"], "commit", "{decision}");
+    assert_eq!(
+        decision["coordinator_id"],
+        a.prepare_of("order-1")["coordinator_id"]
+    );
+    assert_eq!(
+        decision["incarnation"],
+        a.prepare_of("order-1")["incarnation"]
+    );
+    // A bare query names no attempt: the coordinator cannot prove anything about it.
+    let (_, bare) = c.get("/v1/transactions/order-1/decision").await;
+    assert_eq!(bare["decision"], "unknown", "{bare}");
 
     // Without an id the coordinator makes one; the default wait is for the decision only.
     let (status, body) = c

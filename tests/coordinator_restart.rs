@@ -45,9 +45,13 @@ async fn sigkill_with_unacknowledged_decisions_then_every_participant_gets_them(
                 "{} got no commit for {txid} after restart",
                 p.name
             );
-            assert_eq!(
-                after_restart[0].body["epoch"], 2,
-                "the new incarnation's epoch"
+            assert_eq!(after_restart[0].body["epoch"], 2, "the new run's epoch");
+            // The resend names the attempt the first run began, sent by the new run.
+            let prepare = p.prepare_of(txid);
+            assert_eq!(after_restart[0].body["gtid"], prepare["gtid"]);
+            assert_ne!(
+                after_restart[0].body["incarnation"], prepare["incarnation"],
+                "every start is a new incarnation"
             );
             assert_eq!(p.count("abort", txid), 0);
         }
@@ -164,8 +168,8 @@ async fn sigkill_while_preparing_then_recovery_aborts_at_every_participant() {
     });
     a.wait_for("prepare", "order-limbo", 1, WAIT).await;
     b.wait_for("prepare", "order-limbo", 1, WAIT).await;
-    let (status, body) = c.get("/v1/transactions/order-limbo/decision").await;
-    assert_eq!((status, &body["decision"]), (200, &json!("pending")));
+    let body = c.decision_for(&a.prepare_of("order-limbo")).await;
+    assert_eq!(body["decision"], "pending", "{body}");
 
     c.node.kill();
     // The client never heard an outcome (its connection died with the process).
@@ -216,8 +220,9 @@ async fn outcomes_survive_checkpoints_and_restarts_within_retention() {
             (200, Some("committed")),
             "{body}"
         );
-        let (_, decision) = c.get(&format!("/v1/transactions/cp-{i}/decision")).await;
-        assert_eq!(decision["decision"], "commit");
+        // Asked about the attempt the first run began (as a participant in doubt would).
+        let decision = c.decision_for(&a.prepare_of(&format!("cp-{i}"))).await;
+        assert_eq!(decision["decision"], "commit", "{decision}");
     }
     assert_eq!(
         a.count("prepare", "cp-0"),

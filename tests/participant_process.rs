@@ -35,6 +35,14 @@ fn spec(dir: &Path, name: &str, seed: &str) -> NodeSpec {
     }
 }
 
+/// The incarnation of the (absent) coordinator `c` that these messages claim to come from.
+const INCARNATION: &str = "00000000000000c1";
+
+/// The attempt `c` began as `position` of that run.
+fn gtid(position: u64) -> String {
+    format!("c:{INCARNATION}:{position}")
+}
+
 async fn post(node: &Node, path: &str, body: Value) -> Value {
     reqwest::Client::new()
         .post(format!("{}{path}", node.url()))
@@ -63,13 +71,15 @@ async fn seed_applies_once_and_sigterm_exits_cleanly() {
     let mut node = Node::start(spec(dir.path(), "inventory", r#"{"stock": 10}"#));
     blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
     assert_eq!(stock(&node).await, 10);
-    let prepare = json!({"txid": "t1", "coordinator_id": "c", "epoch": 1,
+    let prepare = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+                         "incarnation": INCARNATION, "position": 1,
                          "payload": {"ops": [{"op": "add", "key": "stock", "delta": -4}]}});
     assert_eq!(
         post(&node, "/2pc/prepare", prepare).await,
         json!({"vote": "yes"})
     );
-    let commit = json!({"txid": "t1", "coordinator_id": "c", "epoch": 1});
+    let commit = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+                        "incarnation": INCARNATION});
     assert_eq!(
         post(&node, "/2pc/commit", commit).await,
         json!({"ack": true})
@@ -108,7 +118,8 @@ async fn a_corrupt_log_refuses_to_start_with_exit_4() {
     blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
     for i in 0..5 {
         let txid = format!("t{i}");
-        let prepare = json!({"txid": txid, "coordinator_id": "c", "epoch": 1,
+        let prepare = json!({"txid": txid, "gtid": gtid(i + 1), "coordinator_id": "c",
+                             "epoch": 1, "incarnation": INCARNATION, "position": i + 1,
                              "payload": {"ops": [{"op": "put", "key": format!("k{i}"), "value": i}]}});
         assert_eq!(
             post(&node, "/2pc/prepare", prepare).await,

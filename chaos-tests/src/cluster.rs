@@ -121,12 +121,30 @@ impl LocalCluster {
 
     /// Starts every participant and waits until each is ready.
     pub fn start_participants(spec: &ClusterSpec) -> Result<Participants> {
+        Self::start_participants_at(spec, loopback(free_port()), &|_| None)
+    }
+
+    /// The loopback address a coordinator can be started on later: for
+    /// [`LocalCluster::start_participants_at`], whose caller must know it before the
+    /// participants start (to put a proxy on their way to it).
+    pub fn coordinator_addr() -> std::net::SocketAddr {
+        loopback(free_port())
+    }
+
+    /// [`LocalCluster::start_participants`] with the coordinator's address chosen by the caller,
+    /// and for each participant that `coordinator_url_of` names a URL for, that URL as its
+    /// `--coordinator` (where it sends its decision queries: a proxy on its link to the
+    /// coordinator) instead of the coordinator's own.
+    pub fn start_participants_at(
+        spec: &ClusterSpec,
+        coordinator_addr: std::net::SocketAddr,
+        coordinator_url_of: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Participants> {
         let log_dir = spec.data_dir.join("logs");
         let seed_dir = spec.data_dir.join("seeds");
         std::fs::create_dir_all(&log_dir).map_err(files(&log_dir))?;
         std::fs::create_dir_all(&seed_dir).map_err(files(&seed_dir))?;
 
-        let coordinator_addr = loopback(free_port());
         let coordinator_url = format!("http://{coordinator_addr}");
         let mut nodes = Vec::new();
         for name in &spec.participants {
@@ -140,7 +158,7 @@ impl LocalCluster {
                 "--data-dir".into(),
                 path_arg(&spec.data_dir.join(name)),
                 "--coordinator".into(),
-                coordinator_url.clone(),
+                coordinator_url_of(name).unwrap_or_else(|| coordinator_url.clone()),
             ];
             if let Some((_, seed)) = spec.seeds.iter().find(|(n, _)| n == name) {
                 let seed_path = seed_dir.join(format!("{name}.json"));

@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use chaos_tests::node::{Node, NodeSpec, free_port};
+use protocol::{DecisionQuery, PrepareRequest, routes};
 use serde_json::{Value, json};
 
 /// How a test participant answers a prepare.
@@ -102,6 +103,16 @@ impl TestParticipant {
             .iter()
             .filter(|r| r.route == route && r.body["txid"] == txid)
             .count()
+    }
+
+    /// The first prepare this participant received for `txid`: it names the attempt (gtid,
+    /// incarnation, epoch, position) that a decision query about `txid` must give.
+    pub fn prepare_of(&self, txid: &str) -> Value {
+        self.received()
+            .into_iter()
+            .find(|r| r.route == "prepare" && r.body["txid"] == txid)
+            .map(|r| r.body)
+            .unwrap_or_else(|| panic!("{} received no prepare for {txid}", self.name))
     }
 
     /// Waits (bounded) until at least `n` messages on `route` for `txid` arrived.
@@ -273,6 +284,25 @@ impl Coordinator {
             .unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
+    }
+
+    /// The decision query a participant prepared with `prepare` (a body this process
+    /// received) would send: the attempt's gtid, incarnation, epoch and position, from the
+    /// prepare itself, as the reference participant takes them.
+    pub async fn decision_for(&self, prepare: &Value) -> Value {
+        let prepare: PrepareRequest = serde_json::from_value(prepare.clone())
+            .unwrap_or_else(|e| panic!("not a prepare of the current protocol ({e}): {prepare}"));
+        let query = DecisionQuery {
+            gtid: prepare.gtid,
+            incarnation: prepare.incarnation,
+            epoch: prepare.epoch,
+            position: prepare.position,
+        };
+        let (status, body) = self
+            .get(&routes::decision_query_path(&prepare.txid, &query))
+            .await;
+        assert_eq!(status, 200, "decision query: {body}");
+        body
     }
 
     /// Polls GET /v1/transactions/{id} until its state is `state` (bounded).

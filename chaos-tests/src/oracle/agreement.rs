@@ -1,5 +1,9 @@
 //! Agreement with the coordinator's log: an order is applied at the participants exactly when
 //! the coordinator's record says committed. No record at all reads as abort (presumed abort).
+//! Only orders every participant has settled are compared: a torn one is atomicity's to report,
+//! and one still prepared somewhere has no final outcome there yet (liveness reports it). That
+//! includes an order whose coordinator lost its record with a restored log: its participants
+//! still in doubt stay so (the coordinator answers `unknown`), and its absent record is no abort.
 
 use protocol::Outcome;
 
@@ -8,8 +12,9 @@ use super::{Check, Observation, verdict};
 pub fn check(observation: &Observation) -> Check {
     let mut disagreements = Vec::new();
     for o in &observation.orders {
-        if !o.everywhere() && !o.nowhere() {
-            // Torn: atomicity reports it; there is no single participant outcome to compare.
+        if (!o.everywhere() && !o.nowhere()) || o.in_doubt() {
+            // Torn (atomicity reports it) or not settled everywhere yet (liveness does): there is
+            // no single final participant outcome to compare.
             continue;
         }
         let logged_commit =

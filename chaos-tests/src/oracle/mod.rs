@@ -110,6 +110,10 @@ pub struct OrderObservation {
     pub client: ClientOutcome,
     /// Whether the order's marker key exists at inventory, payments, shipping (in that order).
     pub present: [bool; 3],
+    /// Whether inventory, payments, shipping still hold it prepared (in doubt) when read: its
+    /// outcome there is open, not aborted. Only a participant that neither applied nor holds it
+    /// has settled it as aborted (or never prepared it).
+    pub prepared: [bool; 3],
     /// The coordinator's record of it (`None`: it has none, which means presumed abort).
     pub coordinator: Option<TransactionStatus>,
 }
@@ -121,6 +125,19 @@ impl OrderObservation {
 
     pub fn nowhere(&self) -> bool {
         self.present.iter().all(|p| !*p)
+    }
+
+    /// Still prepared at some participant.
+    pub fn in_doubt(&self) -> bool {
+        self.prepared.iter().any(|p| *p)
+    }
+
+    /// Some participant neither applied it nor holds it prepared: it is aborted there for good.
+    pub fn settled_absent_somewhere(&self) -> bool {
+        self.present
+            .iter()
+            .zip(&self.prepared)
+            .any(|(present, prepared)| !*present && !*prepared)
     }
 }
 

@@ -5,9 +5,14 @@
 use super::{Check, Observation, verdict};
 
 pub fn check(observation: &Observation) -> Check {
-    let applied = observation.orders.iter().filter(|o| o.everywhere());
-    let (quantity, amount) = applied.fold((0, 0), |(q, a), o| {
-        (q + o.order.quantity, a + o.order.amount)
+    // `sold` lives at inventory and `spent` at payments: each moves with the order's marker
+    // there (marker_keys order: inventory, payments, shipping), so an order applied at those two
+    // and still in doubt at shipping is counted where it was applied.
+    let (quantity, amount) = observation.orders.iter().fold((0, 0), |(q, a), o| {
+        (
+            q + if o.present[0] { o.order.quantity } else { 0 },
+            a + if o.present[1] { o.order.amount } else { 0 },
+        )
     });
     let (before, after) = (observation.before, observation.after);
     let mut doubles = Vec::new();

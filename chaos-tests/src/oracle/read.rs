@@ -1,7 +1,7 @@
 //! The oracle's only I/O: reading participants and the coordinator through their public HTTP
 //! APIs (`/v1/kv/{key}`, `/v1/prepared`, `/v1/transactions/{id}`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use protocol::TransactionStatus;
@@ -120,16 +120,28 @@ pub async fn observe(
     settle: Duration,
 ) -> Result<Observation, ReadError> {
     let prepared_left = wait_no_prepared(client, urls, settle).await?;
+    // What each participant still holds in doubt, by client id, read once after the settle.
+    let mut in_doubt: [BTreeSet<String>; 3] = Default::default();
+    for (held, (_, base)) in in_doubt.iter_mut().zip(urls.participants()) {
+        let list: Option<PreparedList> = get_json(client, format!("{base}/v1/prepared")).await?;
+        held.extend(
+            list.into_iter()
+                .flat_map(|l| l.prepared)
+                .map(|p| p.txid.to_string()),
+        );
+    }
     let mut orders = Vec::with_capacity(observed.len());
     for (order, client_outcome) in observed {
         let mut present = [false; 3];
         for (slot, (participant, key)) in present.iter_mut().zip(order.marker_keys()) {
             *slot = exists(client, urls.participant(participant), &key).await?;
         }
+        let prepared = [0, 1, 2].map(|i| in_doubt[i].contains(&order.id));
         orders.push(OrderObservation {
             order: order.clone(),
             client: *client_outcome,
             present,
+            prepared,
             coordinator: transaction(client, &urls.coordinator, &order.id).await?,
         });
     }

@@ -21,6 +21,7 @@ fn seen(id: &str, client: ClientOutcome, present: [bool; 3]) -> OrderObservation
         order: order(id, 2, 10),
         client,
         present,
+        prepared: [false; 3],
         coordinator: None,
     }
 }
@@ -77,9 +78,10 @@ fn a_consistent_run_passes_every_check() {
 
 #[test]
 fn each_broken_promise_fails_its_own_check() {
+    // Applied at inventory only (its units sold moved there, its money nowhere).
     let torn = vec![seen("t", ClientOutcome::Unknown, [true, false, false])];
     assert_eq!(
-        failed(&judge(&config(), &observation(torn, 0, 0))),
+        failed(&judge(&config(), &observation(torn, 2, 0))),
         ["atomicity"]
     );
 
@@ -109,4 +111,59 @@ fn each_broken_promise_fails_its_own_check() {
         failed(&judge(&config(), &leaking)),
         ["liveness", "conservation"]
     );
+}
+
+#[test]
+fn an_order_still_in_doubt_at_one_participant_is_open_not_torn() {
+    // Committed at inventory and payments, still prepared at shipping (a coordinator restored
+    // from a backup answers it `unknown`, and it has no record): nothing is broken yet, but
+    // nothing has resolved it either, which is liveness's to report. The ledgers moved with the
+    // two participants that applied it.
+    let mut open = seen("x", ClientOutcome::Committed, [true, true, false]);
+    open.prepared = [false, false, true];
+    let mut observed = observation(vec![open.clone()], 2, 10);
+    observed.prepared_left.insert("shipping", 1);
+    assert_eq!(failed(&judge(&config(), &observed)), ["liveness"]);
+
+    // The same order once shipping dropped it without applying (a presumed abort over a
+    // restored log): torn, and the committed answer the client heard is broken.
+    open.prepared = [false; 3];
+    assert_eq!(
+        failed(&judge(&config(), &observation(vec![open], 2, 10))),
+        ["atomicity", "durability"]
+    );
+
+    // In doubt everywhere with nothing applied and a logged commit: open, not a disagreement.
+    let mut pending = seen("p", ClientOutcome::Unknown, [false; 3]);
+    pending.prepared = [true; 3];
+    pending.coordinator = Some(committed_status("p"));
+    let mut observed = observation(vec![pending], 0, 0);
+    observed.prepared_left.insert("inventory", 1);
+    assert_eq!(failed(&judge(&config(), &observed)), ["liveness"]);
+}
+
+#[test]
+fn ledgers_are_counted_where_each_order_was_applied() {
+    // Applied at inventory only, yet the money moved too: spent rose with nothing applied at
+    // payments to explain it.
+    let torn = vec![seen("t", ClientOutcome::Unknown, [true, false, false])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(torn, 2, 10))),
+        ["atomicity", "no double apply"]
+    );
+    // Units sold without the order applied anywhere: unexplained.
+    let absent = vec![seen("t", ClientOutcome::Unknown, [false; 3])];
+    assert_eq!(
+        failed(&judge(&config(), &observation(absent, 2, 0))),
+        ["no double apply"]
+    );
+}
+
+fn committed_status(id: &str) -> protocol::TransactionStatus {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "gtid": "c-1:0000000000000001:1", "state": "committing",
+        "outcome": "committed", "reason": null, "participants": [],
+        "created_at_ms": 1, "decided_at_ms": 2, "ended_at_ms": null
+    }))
+    .expect("a transaction status")
 }

@@ -34,6 +34,10 @@ pub struct ChaosOptions {
     pub seed: u64,
     pub coordinator_flags: Vec<String>,
     pub participant_flags: Vec<String>,
+    /// Also put a fault proxy on each participant's own link to the coordinator (the decision
+    /// queries it sends when in doubt), reachable with [`ChaosCluster::uplink`]. Off by
+    /// default: participants then ask the coordinator directly.
+    pub uplink_proxies: bool,
 }
 
 impl Default for ChaosOptions {
@@ -70,6 +74,7 @@ impl Default for ChaosOptions {
                 ("--decision-timeout-ms", "1500"),
                 ("--checkpoint-every-records", "40"),
             ]),
+            uplink_proxies: false,
         }
     }
 }
@@ -80,6 +85,9 @@ pub struct ChaosCluster {
     pub cluster: LocalCluster,
     /// One proxy per participant, by name; the coordinator only knows the proxies' URLs.
     pub proxies: Vec<(String, FaultProxy)>,
+    /// With `ChaosOptions::uplink_proxies`: one proxy per participant, by name, between it and
+    /// the coordinator (its decision queries); the participant only knows the proxy's URL.
+    pub uplinks: Vec<(String, FaultProxy)>,
     pub spec: ClusterSpec,
     pub config: CheckoutConfig,
     pub client: reqwest::Client,
@@ -106,8 +114,35 @@ impl ChaosCluster {
         let mut spec = ClusterSpec::checkout(&failpoints_binary(), dir.path(), &options.config);
         spec.coordinator_flags = options.coordinator_flags.clone();
         spec.participant_flags = options.participant_flags.clone();
-        let participants = LocalCluster::start_participants(&spec)
-            .unwrap_or_else(|e| panic!("participants did not start: {e}"));
+        let coordinator_addr = LocalCluster::coordinator_addr();
+        let mut uplinks = Vec::new();
+        if options.uplink_proxies {
+            // Started before the coordinator listens: until it does, the proxy closes each
+            // connection at once, which is what a coordinator that is down looks like.
+            for name in &spec.participants {
+                let proxy = runtime
+                    .block_on(FaultProxy::start(
+                        &format!("http://{coordinator_addr}"),
+                        ProxyOptions {
+                            seed: options.seed ^ 0x75_70 ^ name.len() as u64,
+                            hold_ms_max: 5_000,
+                            upstream_timeout_ms: 10_000,
+                            ..ProxyOptions::default()
+                        },
+                    ))
+                    .unwrap_or_else(|e| panic!("uplink proxy for {name}: {e}"));
+                uplinks.push((name.clone(), proxy));
+            }
+        }
+        let uplink_url = |name: &str| {
+            uplinks
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, proxy)| proxy.url())
+        };
+        let participants =
+            LocalCluster::start_participants_at(&spec, coordinator_addr, &uplink_url)
+                .unwrap_or_else(|e| panic!("participants did not start: {e}"));
         let mut proxies = Vec::new();
         let mut urls = Vec::new();
         for (name, url) in participants.urls() {
@@ -133,6 +168,7 @@ impl ChaosCluster {
         let mut chaos = ChaosCluster {
             cluster,
             proxies,
+            uplinks,
             spec,
             config: options.config.clone(),
             client,
@@ -167,9 +203,19 @@ impl ChaosCluster {
             .unwrap_or_else(|| panic!("no proxy for {participant}"))
     }
 
+    /// The proxy on `participant`'s own link to the coordinator (needs
+    /// `ChaosOptions::uplink_proxies`).
+    pub fn uplink(&self, participant: &str) -> ProxyHandle {
+        self.uplinks
+            .iter()
+            .find(|(name, _)| name == participant)
+            .map(|(_, proxy)| proxy.handle())
+            .unwrap_or_else(|| panic!("no uplink proxy for {participant}"))
+    }
+
     /// Ends every partition and network fault.
     pub fn heal_all(&self) {
-        for (_, proxy) in &self.proxies {
+        for (_, proxy) in self.proxies.iter().chain(&self.uplinks) {
             proxy.handle().heal();
         }
     }

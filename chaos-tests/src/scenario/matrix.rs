@@ -115,7 +115,9 @@ impl Scenario {
         ))
     }
 
-    pub fn decision(&self, order: &Order) -> DecisionStatus {
+    /// The coordinator's answer to a decision query for `order`'s attempt; `None` when no
+    /// attempt of it is known anywhere (see [`probe::attempt`]).
+    pub fn decision(&self, order: &Order) -> Option<DecisionStatus> {
         let urls = self.chaos.urls();
         self.chaos
             .runtime
@@ -135,8 +137,9 @@ impl Scenario {
     }
 
     /// Aborted everywhere with its locks released: nothing applied or prepared, the coordinator
-    /// has no commit, the decision query says abort, and a new order on the same product and
-    /// customer commits.
+    /// has no commit, the decision query for its attempt says abort (or, when no attempt of it
+    /// exists anywhere, the coordinator has no record and invents no outcome), and a new order on
+    /// the same product and customer commits.
     pub fn assert_aborted_and_released(&mut self, order: &Order) {
         let view = self.wait_view(order, |v| v.prepared_nowhere());
         self.check(
@@ -151,14 +154,35 @@ impl Scenario {
             logged != Some(Outcome::Committed),
             format!("coordinator logged commit for {}: {view:?}", order.id),
         );
-        let decision = self.decision(order);
-        self.check(
-            decision == DecisionStatus::Abort,
-            format!(
-                "decision query for {} answered {decision:?}, expected abort",
-                order.id
+        match self.decision(order) {
+            Some(decision) => self.check(
+                decision == DecisionStatus::Abort,
+                format!(
+                    "decision query for {}'s attempt answered {decision:?}, expected abort",
+                    order.id
+                ),
             ),
-        );
+            None => {
+                // No attempt to ask about: the coordinator has no record and no participant
+                // holds it, so no participant can be in doubt about it. A query naming no
+                // attempt must not invent an outcome (the coordinator used to presume abort
+                // for any id it had not seen; an id is no attempt).
+                let urls = self.chaos.urls();
+                let bare = self.chaos.runtime.block_on(probe::bare_decision(
+                    &self.chaos.client,
+                    &urls,
+                    &order.id,
+                ));
+                self.check(
+                    view.coordinator.is_none() && bare.decision == DecisionStatus::Unknown,
+                    format!(
+                        "{} has no attempt anywhere, yet the coordinator has {:?} and a bare \
+                         decision query answered {bare:?}",
+                        order.id, view.coordinator
+                    ),
+                );
+            }
+        }
         let follow_up = Order {
             id: format!("{}-after", order.id),
             ..order.clone()
@@ -207,9 +231,13 @@ impl Scenario {
                 (sold, spent)
             ),
         );
+        let decision = self.decision(order);
         self.check(
-            self.decision(order) == DecisionStatus::Commit,
-            format!("decision query for {} is not commit", order.id),
+            decision == Some(DecisionStatus::Commit),
+            format!(
+                "decision query for {}'s attempt answered {decision:?}, expected commit",
+                order.id
+            ),
         );
     }
 

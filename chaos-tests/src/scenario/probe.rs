@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use protocol::kv::{PreparedEntry, PreparedList};
 use protocol::{
-    DecisionQueryResponse, DecisionStatus, PrepareRequest, TransactionList, TransactionStatus, Vote,
+    DecisionQuery, DecisionQueryResponse, DecisionStatus, GlobalTxId, PrepareRequest,
+    TransactionList, TransactionStatus, TxId, Vote, routes,
 };
 
 use crate::checkout::{INVENTORY, Order, PAYMENTS, sold_key, spent_key};
@@ -86,8 +87,95 @@ pub async fn prepared_at(client: &reqwest::Client, base: &str) -> Vec<PreparedEn
         .unwrap_or_default()
 }
 
-/// What the coordinator tells a participant in doubt about `id`.
-pub async fn decision(client: &reqwest::Client, urls: &ClusterUrls, id: &str) -> DecisionStatus {
+/// The attempt of client id `id` as a decision query names it, if anyone knows it: first a
+/// participant that holds it in doubt (its entry has all four fields exactly as prepared), else
+/// the coordinator's record (its gtid gives the incarnation and position). The epoch the attempt
+/// was prepared under is not in the coordinator's record; the coordinator answers from the gtid,
+/// incarnation and position (the epoch only names the run in its reasons), so the epoch of the
+/// coordinator's current run stands in for it then. `None`: neither the coordinator nor any
+/// participant has an attempt of `id`, so no participant can ask about one.
+pub async fn attempt(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    id: &str,
+) -> Option<DecisionQuery> {
+    for (_, base) in urls.participants() {
+        if let Some(entry) = prepared_at(client, base)
+            .await
+            .into_iter()
+            .find(|p| p.txid.as_str() == id)
+        {
+            return Some(query_of(&entry));
+        }
+    }
+    let status = transaction(client, &urls.coordinator, id)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))?;
+    let (_, incarnation, position) = status
+        .gtid
+        .parts()
+        .unwrap_or_else(|| panic!("the coordinator's gtid {} is not composed", status.gtid));
+    let epoch = bare_decision(client, urls, id)
+        .await
+        .epoch
+        .unwrap_or_else(|| panic!("the coordinator's decision answer carries no epoch"));
+    Some(DecisionQuery {
+        gtid: status.gtid,
+        incarnation,
+        epoch,
+        position,
+    })
+}
+
+/// The decision query a participant holding `entry` in doubt sends.
+pub fn query_of(entry: &PreparedEntry) -> DecisionQuery {
+    DecisionQuery {
+        gtid: entry.gtid.clone(),
+        incarnation: entry.incarnation,
+        epoch: entry.epoch,
+        position: entry.position,
+    }
+}
+
+/// What the coordinator tells a participant in doubt about attempt `query` of client id `id`.
+pub async fn decision_answer(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    id: &str,
+    query: &DecisionQuery,
+) -> DecisionQueryResponse {
+    let txid = TxId::new(id).unwrap_or_else(|e| panic!("{id}: {e}"));
+    get_json::<DecisionQueryResponse>(
+        client,
+        format!(
+            "{}{}",
+            urls.coordinator,
+            routes::decision_query_path(&txid, query)
+        ),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap_or_else(|| panic!("decision query for {id} answered 404"))
+}
+
+/// What the coordinator tells a participant in doubt about `id`'s attempt ([`attempt`]);
+/// `None` when no attempt of `id` is known anywhere.
+pub async fn decision(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    id: &str,
+) -> Option<DecisionStatus> {
+    let query = attempt(client, urls, id).await?;
+    Some(decision_answer(client, urls, id, &query).await.decision)
+}
+
+/// A decision query that names no attempt (as a participant of an older protocol would send):
+/// the coordinator can only answer `unknown`, with its own id, epoch and incarnation.
+pub async fn bare_decision(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    id: &str,
+) -> DecisionQueryResponse {
     get_json::<DecisionQueryResponse>(
         client,
         format!("{}/v1/transactions/{id}/decision", urls.coordinator),
@@ -95,7 +183,6 @@ pub async fn decision(client: &reqwest::Client, urls: &ClusterUrls, id: &str) ->
     .await
     .unwrap_or_else(|e| panic!("{e}"))
     .unwrap_or_else(|| panic!("decision query for {id} answered 404"))
-    .decision
 }
 
 /// The order's product's `sold` and customer's `spent` counters.
@@ -123,10 +210,17 @@ pub async fn probe_lock(
     key: &str,
 ) -> Result<Vote, String> {
     let payload = serde_json::json!({"ops": [{"op": "put", "key": key, "value": "probe"}]});
+    // An attempt of the same run at a position that run never reaches: a new attempt from the
+    // participant's point of view, under the epoch and incarnation it already holds (so neither
+    // a fence raise nor an incarnation conflict decides the vote, only the lock).
+    let gtid = GlobalTxId::compose(&entry.coordinator_id, entry.incarnation, u64::MAX);
     let request = serde_json::json!({
         "txid": probe_txid,
+        "gtid": gtid,
         "coordinator_id": entry.coordinator_id,
         "epoch": entry.epoch,
+        "incarnation": entry.incarnation,
+        "position": u64::MAX,
         "payload": payload,
     });
     // Type-check the body against the wire type before sending.
