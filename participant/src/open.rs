@@ -170,7 +170,9 @@ impl<R: Resource> Participant<R> {
             "recovered"
         );
         for entry in engine.prepared_list() {
-            tracing::info!(txid = %entry.txid, keys = ?entry.keys, "in doubt after restart; keys stay locked");
+            tracing::info!(txid = %entry.txid, gtid = %entry.gtid, coordinator_id = %entry.coordinator_id,
+                incarnation = %entry.incarnation, position = entry.position, keys = ?entry.keys,
+                "in doubt after restart; keys stay locked");
         }
         Ok(Participant::from_parts(engine, wal, config, lock))
     }
