@@ -45,6 +45,20 @@ pub struct Args {
     /// Most ended outcomes kept, the oldest dropped first [default: 100000].
     #[arg(long, value_name = "N")]
     pub retained_max: Option<usize>,
+    /// Admission control: most transactions in phase one per participant; past it new ones
+    /// naming that participant get 503 overloaded [default: 2048].
+    #[arg(long, value_name = "N")]
+    pub max_live_per_participant: Option<u64>,
+    /// Admission control: most unacknowledged decisions per participant; past it new
+    /// transactions naming that participant get 503 overloaded [default: 8192].
+    #[arg(long, value_name = "N")]
+    pub max_pending_acks_per_participant: Option<u64>,
+    /// Most requests waiting on one transaction (the first plus same-id retries) [default: 16].
+    #[arg(long, value_name = "N")]
+    pub max_waiters_per_transaction: Option<u64>,
+    /// Retry-After of a 503 overloaded, rounded up to whole seconds [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub overload_retry_after_ms: Option<u64>,
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -72,6 +86,10 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         checkpoint_interval_ms: args.checkpoint_interval_ms,
         retention_ms: args.retention_ms,
         retained_max: args.retained_max,
+        max_live_per_participant: args.max_live_per_participant,
+        max_pending_acks_per_participant: args.max_pending_acks_per_participant,
+        max_waiters_per_transaction: args.max_waiters_per_transaction,
+        overload_retry_after_ms: args.overload_retry_after_ms,
     };
     let mut config = base.overlay(flags).into_config()?;
     if unsafe_no_fsync {

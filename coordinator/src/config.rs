@@ -24,6 +24,17 @@ pub mod defaults {
     /// Most ended outcomes kept whatever the window: bounds memory (~1 KiB each) and the
     /// checkpoint snapshot (~300 bytes each).
     pub const RETAINED_MAX: usize = 100_000;
+    /// Transactions in phase one per participant. A healthy participant on this machine
+    /// (2 cores) holds a few hundred at full `twopc bench` load, so the bound only bites in an
+    /// outage; each live transaction costs about 2 KiB here.
+    pub const MAX_LIVE_PER_PARTICIPANT: u64 = 2_048;
+    /// Unacknowledged decisions per participant: the work an outage leaves behind (each about
+    /// 1 KiB, plus a retry timer).
+    pub const MAX_PENDING_ACKS_PER_PARTICIPANT: u64 = 8_192;
+    /// Requests waiting on one transaction (the first plus same-id retries).
+    pub const MAX_WAITERS_PER_TRANSACTION: u64 = 16;
+    /// `Retry-After` of a 503 `overloaded`.
+    pub const OVERLOAD_RETRY_AFTER_MS: u64 = 1_000;
 }
 
 /// A checked configuration.
@@ -50,6 +61,13 @@ pub struct Config {
     pub retention_ms: u64,
     /// Most ended transactions' outcomes kept; the oldest go first.
     pub retained_max: usize,
+    /// Admission control (docs/operations.md, "Admission control"): past any of these, new
+    /// transactions naming that participant get 503 `overloaded` with `Retry-After`.
+    pub max_live_per_participant: u64,
+    pub max_pending_acks_per_participant: u64,
+    /// Requests that may wait on one transaction; one more gets 503 `overloaded`.
+    pub max_waiters_per_transaction: u64,
+    pub overload_retry_after_ms: u64,
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
@@ -109,6 +127,10 @@ pub struct FileConfig {
     pub checkpoint_interval_ms: Option<u64>,
     pub retention_ms: Option<u64>,
     pub retained_max: Option<usize>,
+    pub max_live_per_participant: Option<u64>,
+    pub max_pending_acks_per_participant: Option<u64>,
+    pub max_waiters_per_transaction: Option<u64>,
+    pub overload_retry_after_ms: Option<u64>,
 }
 
 impl FileConfig {
@@ -138,7 +160,11 @@ impl FileConfig {
             retry_max_ms,
             checkpoint_interval_ms,
             retention_ms,
-            retained_max
+            retained_max,
+            max_live_per_participant,
+            max_pending_acks_per_participant,
+            max_waiters_per_transaction,
+            overload_retry_after_ms
         );
         self.participants.extend(over.participants);
         self
@@ -178,6 +204,18 @@ impl FileConfig {
                 .unwrap_or(defaults::CHECKPOINT_INTERVAL_MS),
             retention_ms: self.retention_ms.unwrap_or(defaults::RETENTION_MS),
             retained_max: self.retained_max.unwrap_or(defaults::RETAINED_MAX),
+            max_live_per_participant: self
+                .max_live_per_participant
+                .unwrap_or(defaults::MAX_LIVE_PER_PARTICIPANT),
+            max_pending_acks_per_participant: self
+                .max_pending_acks_per_participant
+                .unwrap_or(defaults::MAX_PENDING_ACKS_PER_PARTICIPANT),
+            max_waiters_per_transaction: self
+                .max_waiters_per_transaction
+                .unwrap_or(defaults::MAX_WAITERS_PER_TRANSACTION),
+            overload_retry_after_ms: self
+                .overload_retry_after_ms
+                .unwrap_or(defaults::OVERLOAD_RETRY_AFTER_MS),
             fsync: true,
         };
         config.validate()?;
@@ -262,7 +300,41 @@ impl Config {
             0,
             RETAINED_MAX_LIMIT,
         )?;
+        range(
+            "max_live_per_participant",
+            self.max_live_per_participant,
+            1,
+            1_000_000,
+        )?;
+        range(
+            "max_pending_acks_per_participant",
+            self.max_pending_acks_per_participant,
+            1,
+            10_000_000,
+        )?;
+        range(
+            "max_waiters_per_transaction",
+            self.max_waiters_per_transaction,
+            1,
+            10_000,
+        )?;
+        range(
+            "overload_retry_after_ms",
+            self.overload_retry_after_ms,
+            1,
+            3_600_000,
+        )?;
         Ok(())
+    }
+
+    /// The engine's admission bounds.
+    pub fn bounds(&self) -> crate::engine::Bounds {
+        crate::engine::Bounds {
+            live_per_participant: self.max_live_per_participant,
+            pending_acks_per_participant: self.max_pending_acks_per_participant,
+            waiters_per_transaction: usize::try_from(self.max_waiters_per_transaction)
+                .unwrap_or(usize::MAX),
+        }
     }
 
     /// A configuration for tests and benchmarks: defaults, given participants and directory.
@@ -278,6 +350,10 @@ impl Config {
             checkpoint_interval_ms: defaults::CHECKPOINT_INTERVAL_MS,
             retention_ms: defaults::RETENTION_MS,
             retained_max: defaults::RETAINED_MAX,
+            max_live_per_participant: defaults::MAX_LIVE_PER_PARTICIPANT,
+            max_pending_acks_per_participant: defaults::MAX_PENDING_ACKS_PER_PARTICIPANT,
+            max_waiters_per_transaction: defaults::MAX_WAITERS_PER_TRANSACTION,
+            overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
             fsync: true,
         }
     }

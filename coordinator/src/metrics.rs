@@ -81,6 +81,18 @@ pub struct Metrics {
     pub log_behind: AtomicU64,
     /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
     pub recovered_transactions: AtomicU64,
+    /// New transactions (or retries) refused with 503 `overloaded` by admission control.
+    pub overloaded: AtomicU64,
+    /// Aborts sent once, untracked, to participants that did not vote yes.
+    pub untracked_aborts: AtomicU64,
+}
+
+/// One participant's share of the coordinator's work, for the per-participant gauges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantLoad {
+    pub name: String,
+    pub live: u64,
+    pub pending_acks: u64,
 }
 
 /// What `/metrics` reads from elsewhere at scrape time.
@@ -112,6 +124,37 @@ fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
 }
 
 impl Metrics {
+    /// The Prometheus text, with the per-participant loads (every configured participant,
+    /// zero included, so a dashboard sees the series before the first outage).
+    pub fn render_with(&self, sampled: Sampled, loads: &[ParticipantLoad]) -> String {
+        let mut out = self.render(sampled);
+        for (name, help, value) in [
+            (
+                "twopc_coordinator_participant_live",
+                "Transactions in phase one (or deciding) on this participant; admission control \
+                 refuses new ones past --max-live-per-participant.",
+                (|l: &ParticipantLoad| l.live) as fn(&ParticipantLoad) -> u64,
+            ),
+            (
+                "twopc_coordinator_participant_pending_acks",
+                "Durable decisions this participant has not acknowledged; admission control \
+                 refuses new transactions on it past --max-pending-acks-per-participant.",
+                |l: &ParticipantLoad| l.pending_acks,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for load in loads {
+                let _ = writeln!(
+                    out,
+                    "{name}{{participant=\"{}\"}} {}",
+                    load.name,
+                    value(load)
+                );
+            }
+        }
+        out
+    }
+
     pub fn render(&self, sampled: Sampled) -> String {
         let mut out = String::new();
         let name = "twopc_coordinator_transactions_total";
@@ -169,6 +212,18 @@ impl Metrics {
             "twopc_coordinator_unknown_answers_total",
             "Decision queries answered unknown: the log cannot prove the attempt's outcome.",
             self.unknown_answers.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_overloaded_total",
+            "Requests refused with 503 overloaded by admission control.",
+            self.overloaded.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_untracked_aborts_total",
+            "Aborts sent once, unacknowledged, to participants that did not vote yes.",
+            self.untracked_aborts.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

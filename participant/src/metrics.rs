@@ -13,6 +13,7 @@ pub(crate) struct Metrics {
     decision_queries: AtomicU64,
     decision_query_failures: AtomicU64,
     checkpoints: AtomicU64,
+    checkpoint_failures: AtomicU64,
 }
 
 fn inc(counter: &AtomicU64) {
@@ -49,6 +50,9 @@ impl Metrics {
     }
     pub fn count_checkpoint(&self) {
         inc(&self.checkpoints);
+    }
+    pub fn count_checkpoint_failure(&self) {
+        inc(&self.checkpoint_failures);
     }
 
     /// The Prometheus text format.
@@ -102,6 +106,12 @@ impl Metrics {
             "counter",
             "Checkpoints written.",
             &[("", get(&self.checkpoints))],
+        );
+        metric(
+            "twopc_participant_checkpoint_failures_total",
+            "counter",
+            "Checkpoints not written (snapshot too large or unencodable); tried again later.",
+            &[("", get(&self.checkpoint_failures))],
         );
         let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         metric(

@@ -351,16 +351,16 @@ impl<R: Resource> Participant<R> {
             .submit(record.record_type(), record.encode(), durability)
     }
 
-    /// Writes a checkpoint of the engine as it is under the held mutex (ordered with submits).
+    /// Checkpoints the engine as it is under the held mutex (ordered with submits): the state
+    /// is copied here, and encoded and written by the log off this mutex, so requests keep
+    /// flowing meanwhile. A checkpoint that cannot be made (too large, unencodable, another
+    /// still running) is logged, counted and tried again after as many records; only a log
+    /// failure stops the process.
     fn checkpoint_locked(&self, state: &State<R>) {
-        let snapshot = match serde_json::to_vec(&state.engine.snapshot()) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                tracing::error!(%error, "cannot encode a checkpoint; the log keeps growing");
-                return;
-            }
-        };
-        let ticket = self.inner.wal.checkpoint(snapshot);
+        let snapshot = state.engine.snapshot();
+        let ticket = self.inner.wal.checkpoint_with(move || {
+            serde_json::to_vec(&snapshot).map_err(|error| error.to_string())
+        });
         // Weak: a checkpoint in flight must not keep the participant (and its directory lock)
         // alive after its owner dropped it.
         let weak = Arc::downgrade(&self.inner);
@@ -373,6 +373,15 @@ impl<R: Resource> Participant<R> {
                 Ok(seq) => {
                     this.metrics().count_checkpoint();
                     tracing::debug!(seq, "checkpoint written");
+                }
+                Err(
+                    error @ (WalError::SnapshotTooLarge { .. }
+                    | WalError::SnapshotEncode(_)
+                    | WalError::CheckpointInProgress),
+                ) => {
+                    this.metrics().count_checkpoint_failure();
+                    tracing::error!(%error, "checkpoint not written; the log keeps growing \
+                                     until one succeeds (tried again later)");
                 }
                 Err(error) => this.fail(&error),
             }

@@ -49,6 +49,10 @@ pub enum ErrorCode {
     /// The coordinator learned that its log is behind what participants have seen (it was
     /// restored from a backup or rolled back): it takes no new work.
     LogBehind,
+    /// Admission control: a participant named in the request holds as much work in this
+    /// coordinator as its bounds allow (an outage, most likely). Nothing was begun; the answer
+    /// carries `Retry-After`.
+    Overloaded,
     /// Recovery has not finished.
     NotReady,
     /// The log failed (write or fsync error); the process takes no more writes.
@@ -78,6 +82,7 @@ impl ErrorCode {
             ErrorCode::NotPrepared => 409,
             ErrorCode::IncarnationConflict => 409,
             ErrorCode::LogBehind => 503,
+            ErrorCode::Overloaded => 503,
             ErrorCode::NotFound => 404,
             ErrorCode::UnknownRoute => 404,
             ErrorCode::MethodNotAllowed => 405,
@@ -110,6 +115,7 @@ impl ErrorCode {
             ErrorCode::NotPrepared => "not_prepared",
             ErrorCode::IncarnationConflict => "incarnation_conflict",
             ErrorCode::LogBehind => "log_behind",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
@@ -166,6 +172,7 @@ mod tests {
             ErrorCode::NotPrepared,
             ErrorCode::IncarnationConflict,
             ErrorCode::LogBehind,
+            ErrorCode::Overloaded,
             ErrorCode::NotReady,
             ErrorCode::LogFailed,
             ErrorCode::Internal,

@@ -34,6 +34,12 @@ pub enum WalError {
     /// The snapshot is larger than [`crate::SNAPSHOT_BYTES_MAX`]; nothing was written.
     #[error("snapshot of {len} bytes exceeds the maximum of {max} bytes")]
     SnapshotTooLarge { len: usize, max: usize },
+    /// The owner could not encode its snapshot; nothing was written and the log is healthy.
+    #[error("the snapshot could not be encoded: {0}")]
+    SnapshotEncode(String),
+    /// Another checkpoint is still being written; nothing was done (try again later).
+    #[error("a checkpoint is already in progress")]
+    CheckpointInProgress,
     /// Record types 0 and 128..=255 belong to the log itself.
     #[error("record type {0} is not available to owners (use 1..=127)")]
     InvalidRecordType(u8),

@@ -17,9 +17,31 @@ pub enum Request {
         completer: Completer,
     },
     Checkpoint {
-        snapshot: Vec<u8>,
+        snapshot: Snapshot,
         completer: Completer,
     },
+    /// A deferred checkpoint's snapshot, encoded off the writer thread: the writer already made
+    /// everything up to `covered` durable and rolled; it now writes the snapshot.
+    CheckpointEncoded {
+        covered: u64,
+        snapshot: Result<Vec<u8>, String>,
+    },
+}
+
+/// A snapshot's bytes, or the means to make them later without holding anyone up.
+pub enum Snapshot {
+    Bytes(Vec<u8>),
+    /// Run on its own thread once the writer reached this point of the log.
+    Deferred(Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>),
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Snapshot::Bytes(bytes) => write!(f, "Snapshot::Bytes({} bytes)", bytes.len()),
+            Snapshot::Deferred(_) => f.write_str("Snapshot::Deferred"),
+        }
+    }
 }
 
 impl Request {
@@ -28,6 +50,8 @@ impl Request {
             Request::Append { completer, .. } | Request::Checkpoint { completer, .. } => {
                 completer.complete(Err(error));
             }
+            // Its ticket is held by the writer, which fails it with the same error.
+            Request::CheckpointEncoded { .. } => {}
         }
     }
 }
@@ -37,6 +61,23 @@ pub struct Queue {
     pub requests: Vec<Request>,
     /// Set by `Wal::close` (or dropping the last handle): the writer drains and exits.
     pub closed: bool,
+}
+
+impl Shared {
+    /// Queues a request from the log's own helper threads (a deferred checkpoint's encoding).
+    /// After close nobody will take it: the writer already failed that checkpoint's ticket.
+    pub fn push_internal(&self, request: Request) {
+        let mut queue = self.lock_queue();
+        if queue.closed {
+            return;
+        }
+        queue.requests.push(request);
+        let wake = queue.requests.len() == 1;
+        drop(queue);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// Counters behind [`crate::WalStats`].

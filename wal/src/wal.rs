@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::error::WalError;
 use crate::frame::RECORD_PAYLOAD_BYTES_MAX;
 use crate::recovery;
-use crate::shared::{Request, Shared};
+use crate::shared::{Request, Shared, Snapshot};
 use crate::snapshot::SNAPSHOT_BYTES_MAX;
 use crate::storage::{FileStorage, Storage};
 use crate::ticket::AppendTicket;
@@ -138,7 +138,24 @@ impl Wal {
             }));
         }
         self.enqueue(|completer| Request::Checkpoint {
-            snapshot,
+            snapshot: Snapshot::Bytes(snapshot),
+            completer,
+        })
+    }
+
+    /// Like [`Wal::checkpoint`], ordered with `submit` in the same way, but the snapshot is
+    /// encoded by `encode` on a thread of its own once the writer has made everything before
+    /// this point durable and started a new segment. Appends go on meanwhile (into the new
+    /// segment), so neither the owner's lock nor the log waits for the encoding: the owner
+    /// only has to copy its state into the closure. One checkpoint at a time: another one
+    /// asked for meanwhile fails with [`WalError::CheckpointInProgress`]. An encoding error or
+    /// an oversized snapshot fails this ticket and leaves the log healthy.
+    pub fn checkpoint_with(
+        &self,
+        encode: impl FnOnce() -> Result<Vec<u8>, String> + Send + 'static,
+    ) -> AppendTicket {
+        self.enqueue(|completer| Request::Checkpoint {
+            snapshot: Snapshot::Deferred(Box::new(encode)),
             completer,
         })
     }

@@ -14,7 +14,7 @@ use crate::error::WalError;
 use crate::frame::{self, FRAME_OVERHEAD_BYTES};
 use crate::names;
 use crate::recovery::Layout;
-use crate::shared::{Counters, Request, Shared};
+use crate::shared::{Counters, Request, Shared, Snapshot};
 use crate::snapshot;
 use crate::storage::{Storage, StorageFile};
 use crate::ticket::Completer;
@@ -51,6 +51,18 @@ pub struct Writer {
     grouped_since: Option<Instant>,
     /// Records in `buf`, for the stats.
     unwritten_records: u64,
+    /// A deferred checkpoint whose snapshot is being encoded on another thread.
+    in_progress: Option<InProgress>,
+}
+
+/// A deferred checkpoint between its place in the log and its encoded snapshot.
+#[derive(Debug)]
+struct InProgress {
+    covered: u64,
+    /// How many of `older` (the first ones) the snapshot makes obsolete; segments rolled
+    /// meanwhile hold records after `covered` and stay.
+    obsolete: usize,
+    completer: Completer,
 }
 
 impl Writer {
@@ -93,6 +105,7 @@ impl Writer {
             grouped: Vec::new(),
             grouped_since: None,
             unwritten_records: 0,
+            in_progress: None,
         };
         let counters = &writer.shared.counters;
         Counters::add(&counters.last_seq, layout.next_seq - 1);
@@ -148,6 +161,10 @@ impl Writer {
 
     /// A clean shutdown makes lazy records durable too. Never after a failure (no fsync retries).
     fn sync_on_close(&mut self) {
+        if let Some(in_progress) = self.in_progress.take() {
+            // Its older segments stay; the next start replays them.
+            in_progress.completer.complete(Err(WalError::Closed));
+        }
         if !self.shared.is_poisoned() {
             // An error poisons the log and fails whatever still waits.
             let _ = self.flush(true);
@@ -158,7 +175,14 @@ impl Writer {
         Counters::add(&self.shared.counters.batches, 1);
         for request in batch.drain(..) {
             if self.shared.is_poisoned() {
-                request.fail(self.shared.poisoned_error());
+                let error = self.shared.poisoned_error();
+                if let Request::CheckpointEncoded { .. } = request
+                    && let Some(in_progress) = self.in_progress.take()
+                {
+                    in_progress.completer.complete(Err(error));
+                    continue;
+                }
+                request.fail(error);
                 continue;
             }
             match request {
@@ -168,8 +192,11 @@ impl Writer {
                     durability,
                     completer,
                 } => self.append(record_type, &payload, durability, completer),
+                Request::Checkpoint { completer, .. } if self.in_progress.is_some() => {
+                    completer.complete(Err(WalError::CheckpointInProgress));
+                }
                 Request::Checkpoint {
-                    snapshot,
+                    snapshot: Snapshot::Bytes(snapshot),
                     completer,
                 } => {
                     let outcome = self.checkpoint(&snapshot);
@@ -177,6 +204,13 @@ impl Writer {
                         self.shared.poison(error);
                     }
                     completer.complete(outcome);
+                }
+                Request::Checkpoint {
+                    snapshot: Snapshot::Deferred(encode),
+                    completer,
+                } => self.begin_deferred(encode, completer),
+                Request::CheckpointEncoded { covered, snapshot } => {
+                    self.finish_deferred(covered, snapshot);
                 }
             }
         }
@@ -331,11 +365,93 @@ impl Writer {
     /// A crash before step 3 completes recovers the old state, after it the new one (recovery
     /// finishes step 4).
     fn checkpoint(&mut self, snapshot: &[u8]) -> Result<u64, WalError> {
+        let covered = self.checkpoint_point()?;
+        let obsolete = self.older.len();
+        self.write_snapshot(covered, obsolete, snapshot)
+    }
+
+    /// Steps 1 and 2: the last sequence number the snapshot will cover.
+    fn checkpoint_point(&mut self) -> Result<u64, WalError> {
         self.flush(true)?;
         let covered = self.next_seq - 1;
         if self.current.base_seq != self.next_seq {
             self.roll()?;
         }
+        Ok(covered)
+    }
+
+    /// A deferred checkpoint: steps 1 and 2 now, the encoding on its own thread, steps 3 and 4
+    /// when it comes back as `CheckpointEncoded` (appends carry on into the new segment).
+    fn begin_deferred(
+        &mut self,
+        encode: Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>,
+        completer: Completer,
+    ) {
+        let covered = match self.checkpoint_point() {
+            Ok(covered) => covered,
+            Err(error) => {
+                self.shared.poison(&error);
+                completer.complete(Err(error));
+                return;
+            }
+        };
+        self.in_progress = Some(InProgress {
+            covered,
+            obsolete: self.older.len(),
+            completer,
+        });
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name("wal-snapshot".into())
+            .spawn(move || {
+                let snapshot = encode();
+                shared.push_internal(Request::CheckpointEncoded { covered, snapshot });
+            });
+        if let Err(error) = spawned {
+            self.finish_deferred(
+                covered,
+                Err(format!("cannot start the encoding thread: {error}")),
+            );
+        }
+    }
+
+    fn finish_deferred(&mut self, covered: u64, snapshot: Result<Vec<u8>, String>) {
+        let Some(in_progress) = self.in_progress.take() else {
+            return;
+        };
+        assert_eq!(
+            in_progress.covered, covered,
+            "one deferred checkpoint at a time: the encoded one is the one in progress"
+        );
+        let outcome = match snapshot {
+            // The owner's failure, not the log's: nothing was written, the log stays healthy.
+            Err(reason) => Err(WalError::SnapshotEncode(reason)),
+            Ok(bytes) if bytes.len() > snapshot::SNAPSHOT_BYTES_MAX => {
+                Err(WalError::SnapshotTooLarge {
+                    len: bytes.len(),
+                    max: snapshot::SNAPSHOT_BYTES_MAX,
+                })
+            }
+            Ok(bytes) => {
+                // Records after `covered` are in segments that stay: nothing to flush first.
+                let written = self.write_snapshot(covered, in_progress.obsolete, &bytes);
+                if let Err(error) = &written {
+                    self.shared.poison(error);
+                }
+                written
+            }
+        };
+        in_progress.completer.complete(outcome);
+    }
+
+    /// Steps 3 and 4: the snapshot covering up to `covered` becomes the log's start, and the
+    /// first `obsolete` older segments (all at or before `covered`) go.
+    fn write_snapshot(
+        &mut self,
+        covered: u64,
+        obsolete: usize,
+        snapshot: &[u8],
+    ) -> Result<u64, WalError> {
         let tmp = self.dir.join(names::snapshot_tmp_name(covered));
         let path = self.dir.join(names::snapshot_name(covered));
         let bytes = snapshot::encode(covered, snapshot);
@@ -354,7 +470,7 @@ impl Writer {
             .map_err(|e| WalError::io("rename", &tmp, e))?;
         self.sync_dir()?;
         crash_point_before_checkpoint_delete()?;
-        let mut obsolete: Vec<PathBuf> = self.older.drain(..).map(|(p, _)| p).collect();
+        let mut obsolete: Vec<PathBuf> = self.older.drain(..obsolete).map(|(p, _)| p).collect();
         let previous = self.snapshot.replace((path.clone(), bytes.len() as u64));
         if let Some((previous, _)) = previous.filter(|(p, _)| *p != path) {
             obsolete.push(previous);

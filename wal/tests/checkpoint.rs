@@ -234,3 +234,143 @@ fn on_real_files_too() {
     let (_log, recovery) = Wal::open(&dir, options).unwrap();
     assert_eq!(full_history(&recovery), history);
 }
+
+/// A deferred checkpoint whose encoding waits for the test: appends made meanwhile go on into
+/// the new segment, survive the checkpoint, and follow the snapshot on recovery.
+#[test]
+fn a_deferred_checkpoint_lets_appends_go_on_while_it_encodes() {
+    let sim = SimStorage::new();
+    let options = small_segments(256);
+    let (log, _) = open(&sim, options.clone()).unwrap();
+    let mut history = Vec::new();
+    append_n(&log, &mut history, 6);
+    let snapshot = encode_history(&history);
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let ticket = log.checkpoint_with(move || {
+        released.recv().map_err(|e| e.to_string())?;
+        Ok(snapshot)
+    });
+    // Nine more records (more than two segments' worth) while the snapshot is encoded.
+    append_n(&log, &mut history, 9);
+    let second = log.checkpoint(b"too early".to_vec()).wait_blocking();
+    assert!(
+        matches!(second, Err(wal::WalError::CheckpointInProgress)),
+        "one checkpoint at a time: {second:?}"
+    );
+    assert!(
+        !log.is_poisoned(),
+        "a refused checkpoint leaves the log healthy"
+    );
+    release.send(()).unwrap();
+    assert_eq!(ticket.wait_blocking().unwrap(), 6);
+    let left = names(&sim);
+    assert!(left.contains(&wal::format::snapshot_name(6)), "{left:?}");
+    assert!(
+        segments(&sim)
+            .iter()
+            .all(|n| *n >= wal::format::segment_name(7)),
+        "only the segments before the snapshot went: {left:?}"
+    );
+    append_n(&log, &mut history, 1);
+    drop(log);
+    let (_log, recovery) = open(&sim, options).unwrap();
+    assert_eq!(
+        recovery.snapshot.as_deref(),
+        Some(&encode_history(&history[..6])[..])
+    );
+    assert_eq!(full_history(&recovery), history);
+}
+
+#[test]
+fn a_deferred_checkpoint_that_cannot_encode_fails_alone() {
+    let sim = SimStorage::new();
+    let (log, _) = open(&sim, small_segments(256)).unwrap();
+    let mut history = Vec::new();
+    append_n(&log, &mut history, 3);
+    let outcome = log
+        .checkpoint_with(|| Err("the owner gave up".to_string()))
+        .wait_blocking();
+    assert!(
+        matches!(&outcome, Err(wal::WalError::SnapshotEncode(m)) if m.contains("gave up")),
+        "{outcome:?}"
+    );
+    assert!(!log.is_poisoned(), "the owner's failure is not the log's");
+    append_n(&log, &mut history, 2);
+    let snapshot = encode_history(&history);
+    assert_eq!(
+        log.checkpoint_with(move || Ok(snapshot))
+            .wait_blocking()
+            .unwrap(),
+        5
+    );
+    drop(log);
+    let (_log, recovery) = open(&sim, small_segments(256)).unwrap();
+    assert_eq!(full_history(&recovery), history);
+}
+
+/// A crash at every storage operation of a deferred checkpoint, with appends between its start
+/// and its snapshot: recovery always gives back every durable record, from the old snapshot or
+/// the new one.
+#[test]
+fn a_crash_at_any_step_of_a_deferred_checkpoint_loses_nothing_durable() {
+    let options = small_segments(200);
+    let mut saw_new = false;
+    for mode in [Unsynced::Drop, Unsynced::Keep, Unsynced::Tear { seed: 3 }] {
+        for crash_at in 0..24u64 {
+            let sim = SimStorage::new();
+            let (log, _) = open(&sim, options.clone()).unwrap();
+            let mut history = Vec::new();
+            append_n(&log, &mut history, 5);
+            log.checkpoint(encode_history(&history))
+                .wait_blocking()
+                .unwrap();
+            append_n(&log, &mut history, 4);
+            sim.arm_crash(crash_at, mode);
+            let snapshot = encode_history(&history);
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let ticket = log.checkpoint_with(move || {
+                released.recv().map_err(|e| e.to_string())?;
+                Ok(snapshot)
+            });
+            // Appends after the checkpoint's point; each is durable once acknowledged.
+            let mut durable = history.len();
+            for _ in 0..4 {
+                let p = payload(history.len() as u64 + 1, 40);
+                history.push(p.clone());
+                if log
+                    .submit(RecordType(1), p, Durability::Forced)
+                    .wait_blocking()
+                    .is_ok()
+                {
+                    durable = history.len();
+                }
+            }
+            let _ = release.send(());
+            let finished = ticket.wait_blocking().is_ok();
+            if finished {
+                sim.crash(mode);
+            }
+            drop(log);
+            sim.reboot();
+            let (_log, recovery) = open(&sim, options.clone()).unwrap();
+            let recovered = full_history(&recovery);
+            assert!(
+                recovered.len() >= durable,
+                "{mode:?} at op {crash_at}: {} recovered, {durable} acknowledged",
+                recovered.len()
+            );
+            assert_eq!(
+                recovered[..],
+                history[..recovered.len()],
+                "{mode:?} at op {crash_at}"
+            );
+            if recovery.snapshot.as_deref() == Some(&encode_history(&history[..9])[..]) {
+                saw_new = true;
+            }
+        }
+    }
+    assert!(
+        saw_new,
+        "some crashes came after the new snapshot's commit point"
+    );
+}

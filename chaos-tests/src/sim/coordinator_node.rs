@@ -520,6 +520,8 @@ impl CoordinatorNode {
                 participant,
                 decision,
                 attempt: _,
+                // An untracked abort's answer is ignored by the engine, like the runtime's.
+                tracked: _,
             } => {
                 let rid = io.rid();
                 let index = self.part_index(&participant);

@@ -117,11 +117,24 @@ impl World {
         } else {
             1_000_000
         };
+        // A third of the runs admit almost nothing: a participant with one or two transactions
+        // in progress or unacknowledged turns new work away (503 overloaded), and a second
+        // request for one transaction may be refused; the clients' timers try again.
+        let bounds = if io.rng.u32(0..3) == 0 {
+            coordinator::engine::Bounds {
+                live_per_participant: io.rng.u64(1..=2),
+                pending_acks_per_participant: io.rng.u64(1..=2),
+                waiters_per_transaction: io.rng.usize(1..=2),
+            }
+        } else {
+            coordinator::engine::Bounds::UNBOUNDED
+        };
         let coordinator = CoordinatorNode::new(
             CoordConfig {
                 retry_base_ms: 50,
                 retry_max_ms: 800,
                 retained_max,
+                bounds,
             },
             names.clone(),
         );
@@ -510,6 +523,8 @@ impl World {
             ClientReply::Conflict { .. } if client.shared_id => return,
             ClientReply::Conflict { txid } => Err(format!("409 conflict for {txid}")),
             ClientReply::LogFailed { error } => Err(format!("log failed: {error}")),
+            // Admission control turned it away; nothing was begun, its timer tries again.
+            ClientReply::Overloaded { .. } => return,
         };
         match outcome {
             Ok((gtid, outcome)) => {

@@ -2,7 +2,7 @@
 //! its code carries.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use protocol::{ErrorBody, ErrorCode};
@@ -11,6 +11,8 @@ use protocol::{ErrorBody, ErrorCode};
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// Seconds for a `Retry-After` header (503 `overloaded`).
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -18,6 +20,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -33,6 +36,14 @@ impl ApiError {
             ErrorCode::LogFailed,
             "the coordinator's log failed (write or fsync error); it takes no more transactions until restarted",
         )
+    }
+
+    /// 503 `overloaded` with `Retry-After` (whole seconds, at least 1).
+    pub fn overloaded(message: impl Into<String>, retry_after_ms: u64) -> ApiError {
+        ApiError {
+            retry_after_s: Some(retry_after_ms.div_ceil(1000).max(1)),
+            ..ApiError::new(ErrorCode::Overloaded, message)
+        }
     }
 
     pub fn log_behind(evidence: &str) -> ApiError {
@@ -51,6 +62,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(ErrorBody::new(self.code, self.message))).into_response()
+        let mut response = (status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }

@@ -104,6 +104,11 @@ async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiE
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    let loads = state
+        .core
+        .get()
+        .map(|core| core.participant_loads())
+        .unwrap_or_default();
     let sampled = match state.core.get() {
         Some(core) => {
             let wal = core.wal_stats();
@@ -122,7 +127,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(sampled),
+        state.metrics.render_with(sampled, &loads),
     )
         .into_response()
 }

@@ -147,6 +147,19 @@ pub async fn create(
                 "the decision could not be logged ({error}); the outcome is unknown until the coordinator restarts"
             ),
         )),
+        Reply::Overloaded {
+            participant,
+            message,
+        } => {
+            core.metrics()
+                .overloaded
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(%participant, %message, "refused: overloaded");
+            Err(ApiError::overloaded(
+                message,
+                core.config().overload_retry_after_ms,
+            ))
+        }
     }
 }
 

@@ -96,6 +96,10 @@ pub enum Command {
         participant: ParticipantName,
         decision: Decision,
         attempt: u32,
+        /// `false` for an abort sent once to a participant that did not vote yes: nothing is
+        /// owed to it (if it prepared after all, it asks and hears the presumed abort), so its
+        /// answer, or the lack of one, changes nothing.
+        tracked: bool,
     },
     /// Send `RetryDue` after this long.
     ArmRetry {
@@ -119,4 +123,27 @@ pub enum Reply {
     LogFailed {
         error: String,
     },
+    /// Admission control refused a new transaction (or one more waiter): `participant` holds
+    /// as much work here as the bounds allow. Nothing was begun; retry later.
+    Overloaded {
+        participant: ParticipantName,
+        message: String,
+    },
+}
+
+impl Event {
+    /// The one transaction this event is about, if it is about one.
+    pub fn txid(&self) -> Option<&TxId> {
+        match self {
+            Event::Submit { txid, .. }
+            | Event::VoteReceived { txid, .. }
+            | Event::PrepareDeadline { txid, .. }
+            | Event::DecisionDurable { txid }
+            | Event::DecisionFailed { txid, .. }
+            | Event::Acked { txid, .. }
+            | Event::DeliveryFailed { txid, .. }
+            | Event::RetryDue { txid, .. } => Some(txid),
+            Event::RecoveryDone { .. } | Event::ExpireRetained { .. } => None,
+        }
+    }
 }

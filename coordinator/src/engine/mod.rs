@@ -9,6 +9,7 @@
 
 mod backoff;
 mod io;
+mod load;
 mod replay;
 mod retained;
 mod rules;
@@ -22,6 +23,8 @@ mod test_support;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_admission;
+#[cfg(test)]
 mod tests_attempts;
 
 use std::collections::BTreeMap;
@@ -30,6 +33,7 @@ use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
 
 pub use backoff::retry_delay_ms;
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
+pub use load::{Bounds, Load};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
 pub use view::DecisionAnswer;
@@ -38,6 +42,7 @@ use crate::records::{
     AckRecord, Attempt, BeginRecord, BehindRecord, EndRecord, EpochRecord, LogRecord, Retained,
     RunSpan,
 };
+use load::Loads;
 use retained::RetainedSet;
 use rules::{decide, send_decisions, start_delivery};
 use tx::{Part, Tx, response, retained_response};
@@ -51,6 +56,9 @@ pub struct EngineConfig {
     pub retry_max_ms: u64,
     /// Most ended outcomes kept (the oldest go first), whatever the retention window.
     pub retained_max: usize,
+    /// Admission control: past these, new transactions naming that participant are refused
+    /// (`Reply::Overloaded`), and a retry past the waiters bound too.
+    pub bounds: Bounds,
 }
 
 /// Every transaction the coordinator knows: live ones, and ended ones kept for the retention
@@ -67,6 +75,8 @@ pub struct Engine {
     runs: BTreeMap<Incarnation, RunSpan>,
     /// Proof that this log is behind what participants saw, once learned (durable).
     behind: Option<BehindRecord>,
+    /// What each participant holds in `live`, kept in step with it by `step`.
+    loads: Loads,
 }
 
 impl Engine {
@@ -86,7 +96,26 @@ impl Engine {
             next_position: 1,
             runs: BTreeMap::new(),
             behind: None,
+            loads: Loads::default(),
         }
+    }
+
+    /// What `participant` holds here now (admission control, metrics).
+    pub fn load(&self, participant: &ParticipantName) -> Load {
+        self.loads.get(participant)
+    }
+
+    /// Whether the incremental loads equal a count from scratch (the property tests' check).
+    #[cfg(test)]
+    pub(crate) fn loads_mirror_the_table(&self) -> bool {
+        let mut fresh = Loads::default();
+        fresh.recount(self.live.values());
+        fresh == self.loads
+    }
+
+    /// Every participant holding anything here, with its load.
+    pub fn loads(&self) -> impl Iterator<Item = (&ParticipantName, &Load)> {
+        self.loads.iter()
     }
 
     /// Why this log takes no new work, if participants proved it is behind.
@@ -147,6 +176,23 @@ impl Engine {
 
     /// Applies one event; returns what to do, in order.
     pub fn step(&mut self, event: Event) -> Vec<Command> {
+        // Every event changes at most the one transaction it names (recovery changes all):
+        // take its load out before and put it back after, so the counts mirror the table.
+        let touched = event.txid().cloned();
+        if let Some(tx) = touched.as_ref().and_then(|txid| self.live.get(txid)) {
+            self.loads.account(tx, false);
+        }
+        let recovery = matches!(event, Event::RecoveryDone { .. });
+        let commands = self.apply(event);
+        if recovery {
+            self.loads.recount(self.live.values());
+        } else if let Some(tx) = touched.as_ref().and_then(|txid| self.live.get(txid)) {
+            self.loads.account(tx, true);
+        }
+        commands
+    }
+
+    fn apply(&mut self, event: Event) -> Vec<Command> {
         match event {
             Event::Submit {
                 waiter,
@@ -232,11 +278,39 @@ impl Engine {
                         error: error.clone(),
                     },
                 }],
+                Phase::Decided(_) | Phase::Preparing | Phase::Deciding(_)
+                    if tx.waiters.len() >= self.config.bounds.waiters_per_transaction =>
+                {
+                    vec![Command::Reply {
+                        waiter,
+                        reply: Reply::Overloaded {
+                            participant: tx.parts[0].name.clone(),
+                            message: format!(
+                                "{} requests already wait for transaction {txid} (the bound is \
+                                 {}); retry later",
+                                tx.waiters.len(),
+                                self.config.bounds.waiters_per_transaction
+                            ),
+                        },
+                    }]
+                }
                 Phase::Decided(_) | Phase::Preparing | Phase::Deciding(_) => {
                     tx.waiters.push((waiter, wait));
                     Vec::new()
                 }
             };
+        }
+        if let Some(overload) = self.loads.refusal(
+            &self.config.bounds,
+            participants.iter().map(|(name, _)| name),
+        ) {
+            return vec![Command::Reply {
+                waiter,
+                reply: Reply::Overloaded {
+                    participant: overload.participant,
+                    message: overload.message,
+                },
+            }];
         }
         let Some(identity) = &self.identity else {
             // The runtime takes no transaction before recovery began this run.
@@ -519,7 +593,13 @@ impl Engine {
                 Phase::Decided(decided) if tx.all_acked() => {
                     commands.extend(self.end(&txid, &decided, now_ms));
                 }
-                Phase::Decided(decided) => commands.extend(send_decisions(tx, decided.decision)),
+                Phase::Decided(decided) => {
+                    commands.extend(send_decisions(tx, decided.decision));
+                    // An abort nobody voted yes to is owed to nobody: it ends now.
+                    if tx.all_acked() {
+                        commands.extend(self.end(&txid, &decided, now_ms));
+                    }
+                }
                 // Neither exists right after replay: replay builds only Preparing and Decided.
                 Phase::Deciding(_) | Phase::LogFailed { .. } => {}
             }

@@ -82,6 +82,7 @@ impl Engine {
                 }
             }
         }
+        engine.loads.recount(engine.live.values());
         Replayed { engine, identity }
     }
 

@@ -44,14 +44,42 @@ fn abort_reason(part: &Part) -> Option<String> {
     }
 }
 
+/// Phase two's messages. A commit goes to everyone until acknowledged. Under presumed abort,
+/// an abort is owed only to a participant that voted yes (it holds locks and waits for us);
+/// one that voted no holds nothing and hears nothing; one whose vote never arrived (timeout,
+/// transport error) gets the abort once, untracked, and counts as done: if it did prepare, it
+/// asks when in doubt and hears `abort` (the attempt is not live, so it is presumed aborted).
+/// That keeps pending work proportional to what can be in doubt, not to every attempt that met
+/// an outage.
 pub fn send_decisions(tx: &mut Tx, decision: Decision) -> Vec<Command> {
     let txid = tx.id.clone();
     let gtid = tx.attempt.gtid.clone();
-    tx.parts
+    let mut commands = Vec::new();
+    for part in tx
+        .parts
         .iter_mut()
         .filter(|p| !p.acked && p.delivery == Delivery::Idle)
-        .map(|part| start_delivery(&txid, &gtid, part, decision))
-        .collect()
+    {
+        match (decision, part.vote) {
+            (Decision::Commit, _) | (Decision::Abort, Some(VoteKind::Yes)) => {
+                commands.push(start_delivery(&txid, &gtid, part, decision));
+            }
+            (Decision::Abort, Some(VoteKind::No)) => part.acked = true,
+            (Decision::Abort, Some(VoteKind::Timeout | VoteKind::Error) | None) => {
+                part.acked = true;
+                part.attempts = part.attempts.saturating_add(1);
+                commands.push(Command::SendDecision {
+                    txid: txid.clone(),
+                    gtid: gtid.clone(),
+                    participant: part.name.clone(),
+                    decision,
+                    attempt: part.attempts,
+                    tracked: false,
+                });
+            }
+        }
+    }
+    commands
 }
 
 pub fn start_delivery(
@@ -68,5 +96,6 @@ pub fn start_delivery(
         participant: part.name.clone(),
         decision,
         attempt: part.attempts,
+        tracked: true,
     }
 }

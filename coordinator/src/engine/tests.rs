@@ -18,6 +18,7 @@ const CONFIG: EngineConfig = EngineConfig {
     retry_base_ms: 100,
     retry_max_ms: 1000,
     retained_max: 1000,
+    bounds: crate::engine::Bounds::UNBOUNDED,
 };
 
 /// The run the tests' engines start as, and the run after a restart.
@@ -145,6 +146,7 @@ fn send(p: &str, d: Decision, attempt: u32) -> Command {
         participant: name(p),
         decision: d,
         attempt,
+        tracked: true,
     }
 }
 fn outcome(waiter: WaiterId, o: Outcome, votes: [VoteKind; 2], acked: [bool; 2]) -> Command {
@@ -513,15 +515,69 @@ fn abort_outcome_reaches_client_and_participants() {
     let (engine, got) = last_commands(vec![submit(), vote("a", Yes), vote("b", No), durable()]);
     assert_eq!(
         got,
+        // Presumed abort: only "a" voted yes and holds locks; "b" voted no and is owed
+        // nothing, so it hears nothing and counts as done.
         vec![
             outcome(1, Outcome::Aborted, [Yes, No], [false, false]),
             send("a", ABORT, 1),
-            send("b", ABORT, 1),
         ]
     );
     assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
     let status = engine.status(&id("t")).unwrap();
     assert_eq!(status.state, TransactionState::Aborting);
+    assert_eq!(
+        engine.gauges().pending_acks,
+        1,
+        "only the yes voter is pending"
+    );
+}
+
+/// Under presumed abort an abort is owed only to yes voters: a participant whose vote never
+/// came gets the abort once, untracked, and the transaction ends without waiting for it; so a
+/// participant that is down adds no pending work however many attempts meet the outage.
+#[test]
+fn an_abort_is_owed_only_to_yes_voters() {
+    let mut engine = Engine::new(CONFIG, identity());
+    engine.step(submit());
+    engine.step(vote("a", Yes));
+    engine.step(Event::VoteReceived {
+        txid: id("t"),
+        participant: name("b"),
+        vote: VoteKind::Error,
+        reason: Some("connection refused".into()),
+        now_ms: 1100,
+    });
+    let untracked = Command::SendDecision {
+        txid: id("t"),
+        gtid: first().gtid,
+        participant: name("b"),
+        decision: ABORT,
+        attempt: 1,
+        tracked: false,
+    };
+    let commands = engine.step(durable());
+    assert!(commands.contains(&send("a", ABORT, 1)), "{commands:?}");
+    assert!(commands.contains(&untracked), "{commands:?}");
+    assert_eq!(engine.load(&name("b")), crate::engine::Load::default());
+    assert_eq!(engine.load(&name("a")).pending_acks, 1);
+    // The untracked one's failure changes nothing; the yes voter's ack ends it.
+    let failed = engine.step(Event::DeliveryFailed {
+        txid: id("t"),
+        participant: name("b"),
+        error: "connection refused".into(),
+        jitter: 0,
+    });
+    assert_eq!(failed, vec![], "no retry for an untracked abort");
+    let ended = engine.step(ack("a"));
+    assert!(
+        ended
+            .iter()
+            .any(|c| matches!(c, Command::AppendLazy(LogRecord::End(_)))),
+        "{ended:?}"
+    );
+    assert_eq!(engine.gauges().pending_acks, 0);
+    // A participant that prepared after all (its vote was lost) asks and hears abort.
+    assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
 }
 
 #[test]
@@ -784,13 +840,30 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
 }
 
 #[test]
-fn recovered_abort_then_durable_sends_abort_to_everyone() {
+fn recovered_abort_then_durable_tells_everyone_once_and_ends() {
     let mut engine = Engine::replay(CONFIG, None, [begin_record(first(), 7, 1000)]).engine;
     engine.step(recovered(5000));
     assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Pending);
+    let once = |p: &str| Command::SendDecision {
+        txid: id("t"),
+        gtid: first().gtid,
+        participant: name(p),
+        decision: ABORT,
+        attempt: 1,
+        tracked: false,
+    };
+    // No vote is known after the restart: nobody is owed the abort, everyone hears it once
+    // (so a participant that prepared releases its locks now), and it ends at once.
     assert_eq!(
         engine.step(durable()),
-        vec![send("a", ABORT, 1), send("b", ABORT, 1)]
+        vec![
+            once("a"),
+            once("b"),
+            Command::AppendLazy(LogRecord::End(EndRecord {
+                txid: id("t"),
+                ended_at_ms: 5000,
+            })),
+        ]
     );
     assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
 }
@@ -944,6 +1017,8 @@ fn replay_lets_a_reused_id_supersede_the_ended_one() {
         participant: name(p),
         decision: ABORT,
         attempt: 1,
+        tracked: true,
     };
-    assert_eq!(engine.step(recovered(5000)), vec![resend("a"), resend("b")]);
+    // "b" voted no: under presumed abort it is owed nothing.
+    assert_eq!(engine.step(recovered(5000)), vec![resend("a")]);
 }

@@ -23,6 +23,7 @@ fn config(retained_max: usize) -> EngineConfig {
         retry_base_ms: 100,
         retry_max_ms: 1000,
         retained_max,
+        bounds: crate::engine::Bounds::UNBOUNDED,
     }
 }
 fn query(attempt: &Attempt) -> DecisionQuery {

@@ -2,6 +2,7 @@
 //! history), expiring retained outcomes, and reporting a poisoned log loudly.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{error, info};
@@ -10,22 +11,29 @@ use crate::engine::Event;
 use crate::runtime::{Core, now_ms};
 
 impl Core {
-    /// Expires old outcomes, snapshots the table and checkpoints the log with it. The snapshot
-    /// is taken and submitted under the engine lock so it reflects exactly the records
-    /// submitted before it.
+    /// Expires old outcomes, copies the table and checkpoints the log with it. The copy is
+    /// taken and the checkpoint submitted under the engine lock, so it reflects exactly the
+    /// records submitted before it; the encoding happens off the lock, on the log's snapshot
+    /// thread, while transactions carry on.
     /// Returns the last sequence number covered and the snapshot's size.
     pub async fn checkpoint(&self) -> Result<(u64, u64), wal::WalError> {
-        let (ticket, bytes) = {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let ticket = {
             let mut engine = self.lock_engine();
             engine.step(Event::ExpireRetained {
                 now_ms: now_ms(),
                 retention_ms: self.config.retention_ms,
             });
-            let snapshot = engine.snapshot_bytes(self.identity.clone());
-            let bytes = snapshot.len() as u64;
-            (self.wal.checkpoint(snapshot), bytes)
+            let snapshot = engine.snapshot(self.identity.clone());
+            let size = Arc::clone(&bytes);
+            self.wal.checkpoint_with(move || {
+                let encoded = snapshot.encode();
+                size.store(encoded.len() as u64, Ordering::Relaxed);
+                Ok(encoded)
+            })
         };
-        Ok((ticket.wait().await?, bytes))
+        let seq = ticket.wait().await?;
+        Ok((seq, bytes.load(Ordering::Relaxed)))
     }
 }
 

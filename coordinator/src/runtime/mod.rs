@@ -203,6 +203,22 @@ impl Core {
         }
     }
 
+    /// Every configured participant's load here (zero when it holds nothing).
+    pub fn participant_loads(&self) -> Vec<crate::metrics::ParticipantLoad> {
+        let engine = self.lock_engine();
+        self.participants
+            .keys()
+            .map(|name| {
+                let load = engine.load(name);
+                crate::metrics::ParticipantLoad {
+                    name: name.to_string(),
+                    live: load.live,
+                    pending_acks: load.pending_acks,
+                }
+            })
+            .collect()
+    }
+
     pub fn gauges(&self) -> Gauges {
         self.lock_engine().gauges()
     }
@@ -354,6 +370,7 @@ impl Core {
                 participant,
                 decision,
                 attempt,
+                tracked: true,
             } => {
                 let from_recovery = self.recovering.load(Ordering::Relaxed);
                 tokio::spawn(Arc::clone(self).deliver(
@@ -364,6 +381,16 @@ impl Core {
                     attempt,
                     from_recovery,
                 ));
+            }
+            Command::SendDecision {
+                txid,
+                gtid,
+                participant,
+                decision,
+                tracked: false,
+                ..
+            } => {
+                tokio::spawn(Arc::clone(self).notify_once(txid, gtid, participant, decision));
             }
             Command::ArmRetry {
                 txid,
@@ -433,6 +460,35 @@ impl Core {
             reason,
             now_ms: now_ms(),
         });
+    }
+
+    /// An abort nobody waits for (see `rules::send_decisions`): sent once so that a participant
+    /// that prepared after all releases its locks now rather than when it next asks.
+    async fn notify_once(
+        self: Arc<Self>,
+        txid: TxId,
+        gtid: GlobalTxId,
+        participant: ParticipantName,
+        decision: Decision,
+    ) {
+        let Some(endpoint) = self.participants.get(&participant) else {
+            return;
+        };
+        let request = DecisionRequest {
+            txid: txid.clone(),
+            gtid,
+            coordinator_id: self.identity.coordinator_id.clone(),
+            epoch: self.identity.epoch,
+            incarnation: self.identity.incarnation,
+        };
+        self.metrics
+            .untracked_aborts
+            .fetch_add(1, Ordering::Relaxed);
+        let timeout = Duration::from_millis(self.config.delivery_timeout_ms);
+        if let Err(e) = participants::deliver(endpoint, decision, &request, timeout).await {
+            tracing::debug!(%txid, %participant, error = %e,
+                "untracked abort not delivered; the participant asks if it prepared");
+        }
     }
 
     async fn deliver(

@@ -111,6 +111,7 @@ pub async fn recover_on(
             retry_base_ms: config.retry_base_ms,
             retry_max_ms: config.retry_max_ms,
             retained_max: config.retained_max,
+            bounds: config.bounds(),
         },
         snapshot,
         records,
