@@ -59,6 +59,20 @@ impl Node {
         format!("http://{}", self.spec.addr)
     }
 
+    /// The running process's id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The process's resident memory in KiB (`VmRSS` in /proc), if it runs and Linux says.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     fn spawn(&mut self) {
         assert!(
             self.child.is_none(),

@@ -889,3 +889,117 @@ async fn a_query_naming_a_run_this_log_does_not_hold_stops_new_work() {
         "{text}"
     );
 }
+
+/// A participant that accepts connections and never answers: every prepare sent to it stays
+/// in phase one until the transaction's timeout.
+async fn silent_participant() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn past_a_participants_bound_new_work_on_it_gets_503_overloaded_with_retry_after() {
+    let healthy = cooperative_participant().await;
+    let silent = silent_participant().await;
+    let dir = tempfile::tempdir().unwrap();
+    let participants: BTreeMap<_, _> = [("payments", healthy), ("shipping", silent)]
+        .into_iter()
+        .map(|(n, url)| (ParticipantName::new(n).unwrap(), url))
+        .collect();
+    let mut config = Config::for_tests(dir.path().to_path_buf(), participants);
+    config.max_live_per_participant = 1;
+    config.overload_retry_after_ms = 1_500;
+    let metrics = Arc::new(Metrics::default());
+    let state = AppState::new(Arc::clone(&metrics));
+    let core = recover(&config, metrics).await.unwrap();
+    state.set_ready(Arc::clone(&core));
+    let app = router(state);
+    let on = |name: &str| json!([{"name": name, "payload": {"ops": []}}]);
+    let body = |id: &str, parts: Value| {
+        serde_json::to_vec(&json!({"id": id, "participants": parts, "timeout_ms": 3000})).unwrap()
+    };
+    // The first one on the silent participant takes the only place and waits in phase one.
+    let first = {
+        let app = app.clone();
+        let body = body("stuck", on("shipping"));
+        tokio::spawn(async move { call(&app, "POST", "/v1/transactions", JSON, body).await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while core.participant_loads().iter().all(|l| l.live == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first never began"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/transactions")
+        .header("content-type", "application/json")
+        .body(Body::from(body("turned-away", on("shipping"))))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string()),
+        Some("2".to_string()),
+        "1500 ms rounds up to 2 s"
+    );
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let error: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(error["error"], "overloaded");
+    assert!(
+        error["message"].as_str().unwrap().contains("\"shipping\""),
+        "{error}"
+    );
+    // Nothing was begun for it: the id is unknown.
+    let (status, _) = call(&app, "GET", "/v1/transactions/turned-away", None, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Work on the healthy participant carries on.
+    let (status, answer) = call(
+        &app,
+        "POST",
+        "/v1/transactions",
+        JSON,
+        body("healthy", on("payments")),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["outcome"].clone()),
+        (StatusCode::OK, json!("committed"))
+    );
+    let (_, metrics) = call(&app, "GET", "/metrics", None, vec![]).await;
+    let text = metrics.as_str().unwrap();
+    assert!(
+        text.contains("twopc_coordinator_overloaded_total 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("twopc_coordinator_participant_live{participant=\"shipping\"} 1"),
+        "{text}"
+    );
+    // Once the stuck one times out (an abort nobody voted yes to: nothing pending), there is
+    // room again.
+    let (status, answer) = first.await.unwrap();
+    assert_eq!(
+        (status, answer["outcome"].clone()),
+        (StatusCode::OK, json!("aborted"))
+    );
+    assert_eq!(
+        core.participant_loads()
+            .iter()
+            .map(|l| l.live + l.pending_acks)
+            .sum::<u64>(),
+        0
+    );
+}
