@@ -13,3 +13,14 @@ pub(crate) fn crash_point(name: &'static str) {
     let _ = name;
     fail::fail_point!(name, |_| std::process::abort());
 }
+
+/// Checkpoint: the snapshot cannot be encoded. A fault, not a crash: armed with
+/// `FAILPOINTS=participant::checkpoint_unencodable=return`, every checkpoint fails alone and the
+/// participant must keep serving (and recover everything from its longer log after a restart).
+pub const CHECKPOINT_UNENCODABLE: &str = "participant::checkpoint_unencodable";
+
+/// Whether the checkpoint fault point is armed.
+pub(crate) fn checkpoint_unencodable() -> bool {
+    fail::fail_point!(CHECKPOINT_UNENCODABLE, |_| true);
+    false
+}

@@ -359,6 +359,9 @@ impl<R: Resource> Participant<R> {
     fn checkpoint_locked(&self, state: &State<R>) {
         let snapshot = state.engine.snapshot();
         let ticket = self.inner.wal.checkpoint_with(move || {
+            if crash::checkpoint_unencodable() {
+                return Err(format!("fault point {}", crash::CHECKPOINT_UNENCODABLE));
+            }
             serde_json::to_vec(&snapshot).map_err(|error| error.to_string())
         });
         // Weak: a checkpoint in flight must not keep the participant (and its directory lock)
