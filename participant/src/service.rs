@@ -377,11 +377,11 @@ impl<R: Resource> Participant<R> {
                     this.metrics().count_checkpoint();
                     tracing::debug!(seq, "checkpoint written");
                 }
-                Err(
-                    error @ (WalError::SnapshotTooLarge { .. }
-                    | WalError::SnapshotEncode(_)
-                    | WalError::CheckpointInProgress),
-                ) => {
+                // The one before is still being written: this one's records go in the next.
+                Err(WalError::CheckpointInProgress) => {
+                    tracing::debug!("checkpoint skipped: the previous one is still being written");
+                }
+                Err(error @ (WalError::SnapshotTooLarge { .. } | WalError::SnapshotEncode(_))) => {
                     this.metrics().count_checkpoint_failure();
                     tracing::error!(%error, "checkpoint not written; the log keeps growing \
                                      until one succeeds (tried again later)");
