@@ -57,6 +57,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
                 total.reattempts += stats.reattempts;
                 total.restores += stats.restores;
                 total.undecidable += stats.undecidable;
+                total.lock_waits += stats.lock_waits;
+                total.lock_grants += stats.lock_grants;
             }
             Err(failure) if keep_going => {
                 eprintln!(
@@ -79,7 +81,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
     eprintln!(
         "shard {shard}: simulated {} seeds in {:.1?}: {} steps, {} messages ({} dropped, {} \
          duplicated), {} crashes, {} restores, {} attempts for {} orders ({} retries that met a \
-         forgotten outcome), {} commits, {} aborts, {} attempts left in doubt (undecidable from the coordinator's log)",
+         forgotten outcome), {} commits, {} aborts, {} attempts left in doubt (undecidable from the coordinator's log), \
+         {} prepares queued for a lock ({} granted)",
         seeds.len(),
         started.elapsed(),
         total.steps,
@@ -93,7 +96,9 @@ fn every_invariant_holds_on_shard(shard: u64) {
         total.reattempts,
         total.committed,
         total.aborted,
-        total.undecidable
+        total.undecidable,
+        total.lock_waits,
+        total.lock_grants
     );
     if seeds.len() >= 100 {
         // The runs must really exercise faults, the new operations and both outcomes, or they
@@ -101,6 +106,10 @@ fn every_invariant_holds_on_shard(shard: u64) {
         let runs = seeds.len() as u64;
         assert!(total.crashes > runs / 2, "{total:?}");
         assert!(total.dropped > 0 && total.duplicated > 0, "{total:?}");
+        assert!(
+            total.lock_grants > 0,
+            "lock waits must be exercised: {total:?}"
+        );
         assert!(total.committed > 0 && total.aborted > 0, "{total:?}");
         assert!(total.restores > runs / 20, "restores happen: {total:?}");
         assert!(
@@ -137,6 +146,7 @@ fn without_faults_every_order_resolves_and_some_commit() {
         ..SimConfig::default()
     };
     let mut committed = 0;
+    let (mut waits, mut grants) = (0, 0);
     for seed in 0..50 {
         let stats = run_seed(seed, config).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(
@@ -150,8 +160,13 @@ fn without_faults_every_order_resolves_and_some_commit() {
             "seed {seed}: nothing is lost without faults"
         );
         committed += stats.committed;
+        waits += stats.lock_waits;
+        grants += stats.lock_grants;
     }
     assert!(committed > 0);
+    // The orders share three skus and three customers: prepares meet held keys and queue, and
+    // some of them are granted when the holder is decided (the deferred yes is exercised).
+    assert!(waits > 0 && grants > 0, "waits {waits}, grants {grants}");
 }
 
 #[test]

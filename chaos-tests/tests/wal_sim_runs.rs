@@ -439,7 +439,12 @@ fn inventory_seed() -> KvStore {
 }
 
 fn p_config() -> PConfig {
-    PConfig::default()
+    // This run is about the log under crashes, not lock waits: a conflicting prepare votes no
+    // at once, so every prepare is answered in its own step.
+    PConfig {
+        lock_wait_max_ms: 0,
+        ..PConfig::default()
+    }
 }
 
 /// What the participant acknowledged, across crashes.
@@ -465,7 +470,8 @@ fn p_step(
                 append(wal, ledger, record.record_type().0, record.encode(), forced)?;
             }
             PCommand::Reply(r) => reply = Some(r),
-            PCommand::AskDecision { .. } => {}
+            // Never produced: no prepare waits here (`p_config`).
+            PCommand::Deliver { .. } | PCommand::AskDecision { .. } => {}
         }
     }
     Some(reply)
@@ -607,8 +613,11 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                             incarnation,
                             position: next,
                             payload,
+                            started_at_ms: None,
+                            lock_wait_ms: None,
                         },
                         now_ms: 1,
+                        waiter: next,
                     };
                     if let Some(PReply::Vote(Vote::Yes)) =
                         p_step(&mut engine, &wal, &mut ledger, event)?

@@ -62,6 +62,13 @@ pub struct Args {
     /// that wait for acknowledgements (`?wait=acked`) one transaction at a time.
     #[arg(long, default_value_t = COMMIT_GROUP_DELAY_US_DEFAULT)]
     pub commit_group_delay_us: u64,
+    /// Longest a prepare may queue for keys locked by older attempts before voting no
+    /// (`lock_timeout`); the coordinator's `lock_wait_ms` can only shorten it. 0: never wait.
+    #[arg(long, default_value_t = 2_000)]
+    pub lock_wait_max_ms: u64,
+    /// Most prepares queued for locks at once; past it a conflicting prepare votes no.
+    #[arg(long, default_value_t = 4_096)]
+    pub lock_waiters_max: usize,
     /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -100,6 +107,8 @@ impl Args {
         config.engine.decision_backoff_max_ms = self.decision_backoff_max_ms;
         config.engine.tombstone_retention_ms = self.tombstone_retention_ms;
         config.engine.tombstones_max = self.tombstones_max;
+        config.engine.lock_wait_max_ms = self.lock_wait_max_ms;
+        config.engine.lock_waiters_max = self.lock_waiters_max;
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);

@@ -106,6 +106,7 @@ impl<R: Resource> Participant<R> {
             prepared: engine.prepared_len(),
             locks: engine.locks_len(),
             tombstones: engine.tombstones_len(),
+            lock_waiters: engine.waiting_len(),
             log_failed: false,
         });
         let gauges = Gauges {

@@ -11,16 +11,9 @@ pub(crate) struct Locks {
 }
 
 impl Locks {
-    /// The first key in `keys` held by a transaction other than `gtid`, with its holder.
-    pub fn conflict<'a>(
-        &'a self,
-        gtid: &GlobalTxId,
-        keys: &'a [String],
-    ) -> Option<(&'a str, &'a GlobalTxId)> {
-        keys.iter().find_map(|key| match self.holders.get(key) {
-            Some(holder) if holder != gtid => Some((key.as_str(), holder)),
-            Some(_) | None => None,
-        })
+    /// Who holds `key`, if anyone.
+    pub fn holder(&self, key: &str) -> Option<&GlobalTxId> {
+        self.holders.get(key)
     }
 
     pub fn take(&mut self, gtid: &GlobalTxId, keys: &[String]) {

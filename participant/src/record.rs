@@ -23,6 +23,10 @@ pub enum Record {
         position: u64,
         payload: serde_json::Value,
         prepared_at_ms: u64,
+        /// Its place in the lock-wait order; absent in records written before lock waits
+        /// (replay then uses `prepared_at_ms`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_at_ms: Option<u64>,
     },
     /// The commit decision; forced before the ack.
     Committed {

@@ -26,7 +26,7 @@ impl<R: Resource> Participant<R> {
                 if this.is_failed() {
                     return;
                 }
-                for (txid, query) in this.tick() {
+                for (txid, query) in this.tick().await {
                     let this = this.clone();
                     tokio::spawn(async move { this.resolve(txid, query).await });
                 }
@@ -34,7 +34,7 @@ impl<R: Resource> Participant<R> {
         })
     }
 
-    async fn resolve(&self, txid: TxId, query: DecisionQuery) {
+    pub(crate) async fn resolve(&self, txid: TxId, query: DecisionQuery) {
         let answer = self.ask(&txid, &query).await;
         if let Some(answer) = &answer {
             tracing::info!(%txid, gtid = %query.gtid, decision = ?answer.decision,

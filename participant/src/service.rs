@@ -5,11 +5,19 @@
 //! The engine and the log are kept in the same order by submitting every record while the
 //! engine's mutex is held (`Wal::submit` never blocks); waiting for durability happens after
 //! the mutex is released, so concurrent requests share one fsync (group commit).
+//!
+//! A prepare that queues for locks leaves a oneshot sender in `State::waiters`, registered in
+//! the very step that queued it (so whichever later step answers it finds it), and awaits it
+//! without the mutex. The later step's `Deliver` is sent by a task of its own once the forced
+//! records before it are durable, so the answer does not depend on the request that happened
+//! to free the lock staying connected. A prepare whose HTTP client went away stays queued until
+//! it is granted or its deadline passes (bounded by `lock_wait_max_ms`); its answer is dropped.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use protocol::kv::PreparedEntry;
 use protocol::{DecisionQuery, DecisionQueryResponse, DecisionRequest, PrepareRequest, TxId, Vote};
@@ -39,6 +47,29 @@ pub enum RequestError {
 pub(crate) struct State<R: Resource> {
     pub(crate) engine: Engine<R>,
     records_since_checkpoint: u64,
+    /// Prepares queued for locks, by the waiter id their `Event::Prepare` carried.
+    waiters: HashMap<u64, Pending>,
+    next_waiter: u64,
+}
+
+/// How soon a queued prepare past its deadline ticks again if the engine has not answered it.
+const LOCK_RETICK_MS: u64 = 5;
+
+/// Where a queued prepare's answer goes.
+type Pending = tokio::sync::oneshot::Sender<Result<Reply, RequestError>>;
+
+/// A deferred answer with the forced records it must wait for.
+struct Delivery {
+    pending: Pending,
+    reply: Reply,
+    tickets: Vec<AppendTicket>,
+}
+
+/// What one step left for the caller: its own reply, the tickets that reply waits for, the
+/// decision queries to send.
+struct Stepped {
+    reply: Option<Reply>,
+    asks: Vec<(TxId, DecisionQuery)>,
 }
 
 pub(crate) struct Inner<R: Resource> {
@@ -100,6 +131,8 @@ impl<R: Resource> Participant<R> {
                 state: Mutex::new(State {
                     engine,
                     records_since_checkpoint: 0,
+                    waiters: HashMap::new(),
+                    next_waiter: 0,
                 }),
                 wal,
                 config,
@@ -176,16 +209,60 @@ impl<R: Resource> Participant<R> {
         &self.inner.wal
     }
 
-    /// Phase one. `Ok(Vote::Yes)` only after the prepared record is durable.
+    /// Phase one. `Ok(Vote::Yes)` only after the prepared record is durable. A prepare that
+    /// meets keys locked by older attempts may wait here (up to the lock-wait deadline).
     pub async fn prepare(&self, request: PrepareRequest) -> Result<Vote, RequestError> {
         crash_point(crash::BEFORE_PREPARED_DURABLE);
         let (txid, gtid) = (request.txid.clone(), request.gtid.clone());
-        let reply = self
-            .run(Event::Prepare {
-                request,
-                now_ms: now_ms(),
-            })
+        let now = now_ms();
+        // The engine answers a waiter at its deadline on any step; this prepare's own timer
+        // feeds a tick then, so the no comes on time with no other traffic and no resolver.
+        let wait_max_ms = self.inner.config.engine.lock_wait_max_ms;
+        let wait_ms = request.lock_wait_ms.unwrap_or(wait_max_ms).min(wait_max_ms);
+        let (pending, mut answer) = tokio::sync::oneshot::channel();
+        let stepped = self
+            .run_step(
+                |waiter| Event::Prepare {
+                    request,
+                    now_ms: now,
+                    waiter,
+                },
+                Some(pending),
+            )
             .await?;
+        let reply = match stepped.reply {
+            Some(reply) => Some(reply),
+            None => {
+                self.metrics().count_lock_wait();
+                tracing::debug!(%txid, %gtid, "queued for a lock");
+                let waited = Instant::now();
+                let mut sleep_ms = wait_ms.saturating_add(1);
+                let reply = loop {
+                    let timer = tokio::time::sleep(Duration::from_millis(sleep_ms));
+                    tokio::select! {
+                        // Dropped unanswered only if the engine forgot the waiter (a bug);
+                        // the coordinator then sees an error, which counts as no.
+                        answered = &mut answer => break answered
+                            .map_err(|_| internal("a queued prepare was dropped unanswered"))??,
+                        () = timer => {
+                            // Past the deadline by this clock; the engine's (wall) clock may
+                            // lag a little, so tick again shortly until it answers.
+                            self.tick_now().await;
+                            sleep_ms = LOCK_RETICK_MS;
+                        }
+                    }
+                };
+                self.metrics().observe_lock_wait(waited.elapsed());
+                Some(reply)
+            }
+        };
+        if let Some(Reply::Vote(Vote::No { reason })) = &reply {
+            if reason.starts_with("lock_timeout:") {
+                self.metrics().count_lock_timeout();
+            } else if reason.starts_with("lock_conflict:") {
+                self.metrics().count_lock_conflict();
+            }
+        }
         let result = match reply {
             Some(Reply::Vote(vote)) => Ok(vote),
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
@@ -272,30 +349,66 @@ impl<R: Resource> Participant<R> {
         .map(|_| ())
     }
 
-    /// Scans for attempts in doubt for too long; returns the queries to send.
-    pub(crate) fn tick(&self) -> Vec<(TxId, DecisionQuery)> {
-        let commands = self.lock().engine.step(Event::Tick { now_ms: now_ms() });
-        commands
-            .into_iter()
-            .filter_map(|command| match command {
-                Command::AskDecision { txid, query } => Some((txid, query)),
-                Command::Log { .. } | Command::Reply(_) => None,
-            })
-            .collect()
+    /// Scans for attempts in doubt for too long and for lock waits past their deadline;
+    /// returns the queries to send.
+    pub(crate) async fn tick(&self) -> Vec<(TxId, DecisionQuery)> {
+        match self
+            .run_step(|_| Event::Tick { now_ms: now_ms() }, None)
+            .await
+        {
+            Ok(stepped) => stepped.asks,
+            Err(error) => {
+                tracing::debug!(%error, "tick not run");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A tick out of the resolver's rhythm; its decision queries are sent as the resolver's are.
+    async fn tick_now(&self) {
+        let asks = self.tick().await;
+        for (txid, query) in asks {
+            let this = self.clone();
+            tokio::spawn(async move { this.resolve(txid, query).await });
+        }
+    }
+
+    /// One engine step for a request that cannot queue.
+    async fn run(&self, event: Event) -> Result<Option<Reply>, RequestError> {
+        Ok(self.run_step(|_| event, None).await?.reply)
     }
 
     /// One engine step: submit its records under the mutex, then wait for the forced ones.
-    async fn run(&self, event: Event) -> Result<Option<Reply>, RequestError> {
+    /// `event` gets a fresh waiter id; when the step queues the request (no reply),
+    /// `pending` is registered under it before any `Deliver` of the same step is executed.
+    async fn run_step(
+        &self,
+        event: impl FnOnce(u64) -> Event,
+        pending: Option<Pending>,
+    ) -> Result<Stepped, RequestError> {
         if self.is_failed() {
             return Err(RequestError::LogFailed(WalError::Poisoned {
                 cause: "an earlier append failed".into(),
             }));
         }
+        // Forced tickets since the last reply or delivery: each answer waits for the forced
+        // records before it. The log is written and synced in order, so a later record's
+        // durability covers the earlier ones (a grant's yes covers the commit that freed it).
         let mut tickets: Vec<AppendTicket> = Vec::new();
         let mut reply = None;
+        let mut reply_tickets = Vec::new();
+        let mut deliveries = Vec::new();
+        let mut asks = Vec::new();
         {
             let mut state = self.lock();
-            let commands = state.engine.step(event);
+            let waiter = state.next_waiter;
+            state.next_waiter = state.next_waiter.wrapping_add(1);
+            let commands = state.engine.step(event(waiter));
+            if let Some(pending) = pending
+                && !commands.iter().any(|c| matches!(c, Command::Reply(_)))
+            {
+                state.waiters.insert(waiter, pending);
+            }
             for command in commands {
                 match command {
                     Command::Log { record, forced } => {
@@ -305,11 +418,27 @@ impl<R: Resource> Participant<R> {
                             tickets.push(ticket);
                         }
                     }
-                    Command::Reply(r) => reply = Some(r),
-                    // Asks are produced by ticks only (see `tick`).
-                    Command::AskDecision { .. } => {}
+                    Command::Reply(r) => {
+                        reply = Some(r);
+                        reply_tickets.append(&mut tickets);
+                    }
+                    Command::Deliver { waiter, reply } => {
+                        let tickets = std::mem::take(&mut tickets);
+                        // Gone only if it was never registered (a bug); nobody to tell.
+                        if let Some(pending) = state.waiters.remove(&waiter) {
+                            deliveries.push(Delivery {
+                                pending,
+                                reply,
+                                tickets,
+                            });
+                        }
+                    }
+                    Command::AskDecision { txid, query } => asks.push((txid, query)),
                 }
             }
+            // Forced records after the last answer (a queued prepare's fence): the caller's
+            // reply, if any, waits for them as it always did.
+            reply_tickets.append(&mut tickets);
             // A checkpoint costs time proportional to the live state, so never take one more
             // often than every `live` records: the cost per record stays constant and the log
             // stays within about twice the live state.
@@ -326,13 +455,55 @@ impl<R: Resource> Participant<R> {
                 self.checkpoint_locked(&state);
             }
         }
-        for ticket in tickets {
+        for delivery in deliveries {
+            self.spawn_delivery(delivery);
+        }
+        for ticket in reply_tickets {
             if let Err(error) = ticket.wait().await {
                 self.fail(&error);
                 return Err(RequestError::LogFailed(error));
             }
         }
-        Ok(reply)
+        Ok(Stepped { reply, asks })
+    }
+
+    /// Sends a queued prepare's answer once its forced records are durable, off the current
+    /// request's future (which its client may drop).
+    fn spawn_delivery(&self, delivery: Delivery) {
+        let this = self.clone();
+        let send = async move {
+            let Delivery {
+                pending,
+                reply,
+                tickets,
+            } = delivery;
+            for ticket in tickets {
+                if let Err(error) = ticket.wait().await {
+                    this.fail(&error);
+                    // The waiting prepare may have gone; nothing else to do.
+                    let _ = pending.send(Err(RequestError::LogFailed(error)));
+                    return;
+                }
+            }
+            let _ = pending.send(Ok(reply));
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(send);
+            }
+            // A caller driving the futures with another executor: a plain thread waits.
+            Err(_) => {
+                std::thread::spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread().build() {
+                        Ok(runtime) => runtime.block_on(send),
+                        // The waiting prepare's sender drops with `send`: it sees an error.
+                        Err(error) => {
+                            tracing::error!(%error, "cannot deliver a queued prepare's answer")
+                        }
+                    }
+                });
+            }
+        }
     }
 
     fn submit(&self, record: &Record, forced: bool) -> AppendTicket {

@@ -36,6 +36,9 @@ pub struct PreparedSnapshot {
     pub position: u64,
     pub payload: serde_json::Value,
     pub prepared_at_ms: u64,
+    /// Its place in the lock-wait order (absent in older snapshots: `prepared_at_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,6 +66,7 @@ impl<R: Resource> Engine<R> {
                     position: p.position,
                     payload: p.payload.clone(),
                     prepared_at_ms: p.prepared_at_ms,
+                    started_at_ms: Some(p.started_at_ms),
                 })
                 .collect(),
             epochs: self
@@ -117,6 +121,7 @@ impl<R: Resource> Engine<R> {
                 },
                 position: p.position,
                 payload: p.payload,
+                started_at_ms: p.started_at_ms.unwrap_or(p.prepared_at_ms),
                 prepared_at_ms: p.prepared_at_ms,
             })?;
         }

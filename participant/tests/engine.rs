@@ -14,13 +14,22 @@ use protocol::{
     Incarnation, Vote,
 };
 
+/// The tests here predate lock waits and are about other things: a conflicting prepare votes
+/// no at once (`lock_wait_max_ms: 0`, the old behaviour). `tests/lock_waits.rs` covers waits.
+fn no_wait() -> EngineConfig {
+    EngineConfig {
+        lock_wait_max_ms: 0,
+        ..EngineConfig::default()
+    }
+}
+
 fn engine() -> Engine<Tally> {
     Engine::new(
         EngineConfig {
             in_doubt_after_ms: 1_000,
             decision_backoff_base_ms: 100,
             decision_backoff_max_ms: 800,
-            ..EngineConfig::default()
+            ..no_wait()
         },
         Tally::default(),
     )
@@ -38,7 +47,7 @@ fn logs(commands: &[Command]) -> Vec<(&Record, bool)> {
         .iter()
         .filter_map(|c| match c {
             Command::Log { record, forced } => Some((record, *forced)),
-            Command::Reply(_) | Command::AskDecision { .. } => None,
+            Command::Reply(_) | Command::Deliver { .. } | Command::AskDecision { .. } => None,
         })
         .collect()
 }
@@ -47,6 +56,7 @@ fn p(e: &mut Engine<Tally>, txid: &str, epoch: u64, payload: serde_json::Value) 
     e.step(Event::Prepare {
         request: prepare(txid, epoch, payload),
         now_ms: 10,
+        waiter: 0,
     })
 }
 
@@ -74,6 +84,7 @@ fn p_as(
     e.step(Event::Prepare {
         request: prepare_as(txid, gtid, sender, payload),
         now_ms: 10,
+        waiter: 0,
     })
 }
 
@@ -464,6 +475,7 @@ fn replaying_the_log_and_restoring_a_snapshot_rebuild_the_same_state() {
         Event::Prepare {
             request: prepare("t1", 2, add("a", 1)),
             now_ms: 1,
+            waiter: 0,
         },
     );
     run_log(
@@ -472,6 +484,7 @@ fn replaying_the_log_and_restoring_a_snapshot_rebuild_the_same_state() {
         Event::Prepare {
             request: prepare("t2", 2, add("b", 2)),
             now_ms: 2,
+            waiter: 0,
         },
     );
     run_log(
@@ -496,11 +509,12 @@ fn replaying_the_log_and_restoring_a_snapshot_rebuild_the_same_state() {
         Event::Prepare {
             request: prepare("t4", 3, add("c", -1)),
             now_ms: 5,
+            waiter: 0,
         },
     );
 
     let mut replayed = replayed(&log);
-    let restored = Engine::<Tally>::restore(EngineConfig::default(), e.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
     for other in [&mut replayed, &mut { restored }] {
         assert_eq!(other.resource(), e.resource());
         assert_eq!(other.prepared_list(), e.prepared_list());
@@ -545,6 +559,7 @@ fn aborted_then_prepared() -> (Record, Record) {
         position: g.parts().unwrap().2,
         payload: add("a", 4),
         prepared_at_ms: 90_000,
+        started_at_ms: None,
     };
     (aborted, prepared)
 }
@@ -591,7 +606,7 @@ fn a_prepared_record_after_a_snapshot_tombstone_restores_the_prepared_attempt() 
         snapshot.tombstones.iter().any(|t| t.gtid == g),
         "the checkpoint holds the tombstone"
     );
-    let mut e = Engine::<Tally>::restore(EngineConfig::default(), snapshot).unwrap();
+    let mut e = Engine::<Tally>::restore(no_wait(), snapshot).unwrap();
     assert_eq!(e.tombstones_len(), 1);
     e.replay(prepared).unwrap();
     assert_prepared_with_locks(&mut e, &g, "a", 4);
@@ -617,7 +632,7 @@ fn a_snapshot_holding_an_attempt_both_prepared_and_as_a_tombstone_restores_it_pr
             at_ms: 5,
         },
     );
-    let mut e = Engine::<Tally>::restore(EngineConfig::default(), snapshot).unwrap();
+    let mut e = Engine::<Tally>::restore(no_wait(), snapshot).unwrap();
     assert_prepared_with_locks(&mut e, &g, "a", 4);
 }
 
@@ -718,6 +733,7 @@ fn a_prepare_reusing_a_committed_gtid_must_carry_the_committed_payload() {
         Event::Prepare {
             request: prepare("t1", 1, add("a", 1)),
             now_ms: 10,
+            waiter: 0,
         },
     );
     run_log(
@@ -728,7 +744,7 @@ fn a_prepare_reusing_a_committed_gtid_must_carry_the_committed_payload() {
             now_ms: 20,
         },
     );
-    let restored = Engine::<Tally>::restore(EngineConfig::default(), live.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot()).unwrap();
     // The digest lives in the tombstone: the same answers after replay and after a checkpoint.
     for mut e in [live, replayed(&log), restored] {
         let other = p(&mut e, "t1", 1, add("a", 2));
@@ -832,6 +848,7 @@ fn a_fence_survives_replay_and_checkpoints_with_its_incarnation() {
         Event::Prepare {
             request: prepare("t1", 3, add("a", 1)),
             now_ms: 10,
+            waiter: 0,
         },
     );
     // Raised by a message that leaves no record but the fence itself.
@@ -844,7 +861,7 @@ fn a_fence_survives_replay_and_checkpoints_with_its_incarnation() {
         },
     );
     assert_eq!(rejected(&reply(&ghost)), Some(ErrorCode::NotPrepared));
-    let restored = Engine::<Tally>::restore(EngineConfig::default(), live.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot()).unwrap();
     for mut e in [replayed(&log), restored] {
         assert_eq!(
             e.highest_epoch(&coord(C1)),
@@ -1054,6 +1071,7 @@ fn an_attempt_whose_tombstone_expired_is_never_prepared_again() {
         e.step(Event::Prepare {
             request: prepare_as("t1", g, &one, add("a", 1)),
             now_ms,
+            waiter: 0,
         })
     };
     let again = late(&mut e, &old, 10_000);
@@ -1075,7 +1093,7 @@ fn an_attempt_whose_tombstone_expired_is_never_prepared_again() {
     assert_eq!(e.tombstones_len(), 0);
     assert!(no()(&reply(&late(&mut e, &below, 10_000))));
     // The mark survives a checkpoint.
-    let mut e = Engine::<Tally>::restore(EngineConfig::default(), e.snapshot()).unwrap();
+    let mut e = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
     assert!(no()(&reply(&late(&mut e, &old, 10_000))));
     // Later positions of that run, and other runs, are judged afresh.
     assert_eq!(reply(&late(&mut e, &newer, 10_000)), Reply::Vote(Vote::Yes));

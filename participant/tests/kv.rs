@@ -21,7 +21,10 @@ struct Kv {
 fn kv(seed: Value) -> Kv {
     let dir = tempfile::tempdir().unwrap();
     let seed = KvStore::from_seed(seed.to_string().as_bytes()).unwrap();
-    let participant = Participant::open(ParticipantConfig::new(dir.path()), || seed).unwrap();
+    let mut config = ParticipantConfig::new(dir.path());
+    // A conflicting prepare waits this long for the holder, then votes no (lock_timeout).
+    config.engine.lock_wait_max_ms = 100;
+    let participant = Participant::open(config, || seed).unwrap();
     Kv {
         app: routes::app(&participant),
         _participant: participant,
@@ -198,8 +201,11 @@ async fn lock_conflict_and_committed_only_reads() {
         json!([{"op": "put", "key": "stock", "value": 1}]),
     )
     .await;
+    // It waited for the (older) holder until its deadline, with no decision coming.
     assert!(
-        reason.contains("\"stock\"") && reason.contains(holder.as_str()),
+        reason.starts_with("lock_timeout:")
+            && reason.contains("\"stock\"")
+            && reason.contains(holder.as_str()),
         "{reason}"
     );
     decide(app, "commit", "holder").await;

@@ -23,6 +23,19 @@ pub struct PrepareRequest {
     pub position: u64,
     /// Opaque to the coordinator; the participant validates it.
     pub payload: serde_json::Value,
+    /// When the coordinator began this attempt (its `created_at_ms`). With the gtid it orders
+    /// attempts identically at every participant, so a prepare that meets a locked key waits
+    /// only for older attempts (no deadlock). Absent from older coordinators: the participant
+    /// then uses the prepare's arrival time. Serialized only when set, because a participant
+    /// built before this field refuses unknown fields: upgrade participants first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ms: Option<u64>,
+    /// How long the participant may queue this prepare behind locks before voting no
+    /// (`lock_timeout: ...`); capped by the participant's own maximum. The coordinator sets it
+    /// below its prepare deadline so the no arrives before it gives up. Absent: the
+    /// participant's maximum applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_wait_ms: Option<u64>,
 }
 
 /// The answer to a prepare. A yes is a promise: the prepared state is durable and the
@@ -162,13 +175,29 @@ mod tests {
             incarnation: Incarnation(10),
             position: 7,
             payload: json!({"ops": [{"op": "put", "key": "k", "value": "v"}]}),
+            started_at_ms: None,
+            lock_wait_ms: None,
         };
+        // Without the lock-wait fields the body is what older participants accept.
         round_trip(
             &msg,
             json!({"txid": "order-42", "gtid": "c-1a2b:000000000000000a:7",
                    "coordinator_id": "c-1a2b", "epoch": 3,
                    "incarnation": "000000000000000a", "position": 7,
                    "payload": {"ops": [{"op": "put", "key": "k", "value": "v"}]}}),
+        );
+        let timed = PrepareRequest {
+            started_at_ms: Some(1_700_000_000_000),
+            lock_wait_ms: Some(1_500),
+            ..msg
+        };
+        round_trip(
+            &timed,
+            json!({"txid": "order-42", "gtid": "c-1a2b:000000000000000a:7",
+                   "coordinator_id": "c-1a2b", "epoch": 3,
+                   "incarnation": "000000000000000a", "position": 7,
+                   "payload": {"ops": [{"op": "put", "key": "k", "value": "v"}]},
+                   "started_at_ms": 1_700_000_000_000u64, "lock_wait_ms": 1_500}),
         );
     }
 

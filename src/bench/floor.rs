@@ -198,6 +198,9 @@ async fn relay_transaction(
             incarnation,
             position,
             payload: payload.clone(),
+            // The floor has no coordinator clock: participants order by arrival.
+            started_at_ms: None,
+            lock_wait_ms: None,
         };
         prepares.spawn(exchange(
             Arc::clone(&relay),

@@ -2,7 +2,9 @@
 //! send the next, for a fixed time. Every transaction writes a key of its own: the client hears
 //! the outcome once the decision is durable, before phase two has released the participants'
 //! locks, so a worker reusing one key would meet its own previous transaction's lock. The bench
-//! measures the protocol's cost, not lock contention.
+//! measures the protocol's cost, not lock contention. The hot-key cells (`--hot-key`) measure
+//! contention on purpose: every transaction of the cell writes one and the same key at each
+//! participant, so prepares queue for that key's lock (lock waits, docs/protocol.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,16 +36,37 @@ impl LoadResult {
 }
 
 /// The request body of one bench transaction.
-fn body(cell: &str, worker: usize, seq: u64, participants: &[String]) -> serde_json::Value {
+fn body(
+    cell: &str,
+    worker: usize,
+    seq: u64,
+    participants: &[String],
+    hot: bool,
+) -> serde_json::Value {
+    let key = if hot {
+        format!("bench:{cell}:hot")
+    } else {
+        format!("bench:{cell}:{worker}:{seq}")
+    };
     let parts: Vec<_> = participants
         .iter()
         .map(|name| {
             json!({"name": name, "payload": {"ops": [
-                {"op": "put", "key": format!("bench:{cell}:{worker}:{seq}"), "value": seq}
+                {"op": "put", "key": key, "value": seq}
             ]}})
         })
         .collect();
     json!({"id": format!("{cell}-{worker}-{seq}"), "participants": parts})
+}
+
+/// The shape of one cell's load.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub concurrency: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Every transaction writes the same key (contention) instead of a key of its own.
+    pub hot: bool,
 }
 
 /// Runs the closed loop: `warmup` first (not counted), then `duration` measured.
@@ -51,10 +74,14 @@ pub async fn run(
     coordinator: &Arc<Endpoint>,
     cell: &str,
     participants: &[String],
-    concurrency: usize,
-    warmup: Duration,
-    duration: Duration,
+    shape: Shape,
 ) -> LoadResult {
+    let Shape {
+        concurrency,
+        warmup,
+        duration,
+        hot,
+    } = shape;
     let participants = Arc::new(participants.to_vec());
     let start = Instant::now();
     let measure_from = start + warmup;
@@ -72,7 +99,7 @@ pub async fn run(
             while Instant::now() < stop_at {
                 seq += 1;
                 let sent = Instant::now();
-                let json = body(&cell, worker, seq, &participants)
+                let json = body(&cell, worker, seq, &participants, hot)
                     .to_string()
                     .into_bytes();
                 let ok = match coordinator

@@ -41,6 +41,11 @@ pub struct Args {
     /// Skip the HTTP floor (the same exchanges through processes that do nothing else).
     #[arg(long)]
     pub no_floor: bool,
+    /// Also measure hot-key cells: every transaction writes the same single key at each
+    /// participant (lock contention), for each participant count and concurrency; printed
+    /// after the normal table with committed tx/s, abort rate and p99.
+    #[arg(long)]
+    pub hot_key: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -190,15 +195,14 @@ async fn run(args: Args) -> Result<()> {
                 None
             };
             let fsyncs_before = fsyncs(&client, &durable).await;
-            let result = load::run(
-                &durable.coordinator,
-                &format!("{cell_id}d"),
-                names,
+            let shape = load::Shape {
                 concurrency,
                 warmup,
-                measured,
-            )
-            .await;
+                duration: measured,
+                hot: false,
+            };
+            let result =
+                load::run(&durable.coordinator, &format!("{cell_id}d"), names, shape).await;
             let fsyncs_after = fsyncs(&client, &durable).await;
             let base = match &baseline {
                 Some(b) => Some(
@@ -206,9 +210,7 @@ async fn run(args: Args) -> Result<()> {
                         &b.coordinator,
                         &format!("{cell_id}b"),
                         &b.participants[..participants],
-                        concurrency,
-                        warmup,
-                        measured,
+                        shape,
                     )
                     .await,
                 ),
@@ -220,9 +222,7 @@ async fn run(args: Args) -> Result<()> {
                         relay,
                         &format!("{cell_id}f"),
                         &durable.participants[..participants],
-                        concurrency,
-                        warmup,
-                        measured,
+                        shape,
                     )
                     .await,
                 ),
@@ -260,16 +260,95 @@ async fn run(args: Args) -> Result<()> {
             cells.push(cell);
         }
     }
+    let mut hot_cells = Vec::new();
+    if args.hot_key {
+        for &participants in &args.participants {
+            let names = durable.participants.get(..participants).with_context(|| {
+                format!("only {} participants available", durable.participants.len())
+            })?;
+            for &concurrency in &args.concurrency {
+                let cell_id = format!("b{}-n{participants}-c{concurrency}h", std::process::id());
+                let shape = load::Shape {
+                    concurrency,
+                    warmup,
+                    duration: measured,
+                    hot: true,
+                };
+                let result = load::run(&durable.coordinator, &cell_id, names, shape).await;
+                let answered = result.committed + result.failed;
+                let cell = HotCell {
+                    participants,
+                    concurrency,
+                    committed_per_s: result.per_second(),
+                    abort_rate: (answered > 0).then(|| result.failed as f64 / answered as f64),
+                    p50_ms: quantile(&result.latencies, 0.50).map(|d| d.as_secs_f64() * 1e3),
+                    p99_ms: quantile(&result.latencies, 0.99).map(|d| d.as_secs_f64() * 1e3),
+                };
+                if !args.json {
+                    eprintln!(
+                        "  measured the hot key with {participants} participant(s) at concurrency {concurrency}: {:.0} tx/s",
+                        cell.committed_per_s
+                    );
+                }
+                hot_cells.push(cell);
+            }
+        }
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&cells)?);
+        if args.hot_key {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"cells": cells, "hot_key": hot_cells})
+                )?
+            );
+        } else {
+            println!("{}", serde_json::to_string_pretty(&cells)?);
+        }
     } else {
         print_table(&cells);
+        if args.hot_key {
+            print_hot_table(&hot_cells);
+        }
     }
     drop(durable);
     drop(baseline);
     drop(floor);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// A hot-key cell: every transaction writes one key at each participant.
+#[derive(Debug, Clone, Serialize)]
+pub struct HotCell {
+    pub participants: usize,
+    pub concurrency: usize,
+    pub committed_per_s: f64,
+    /// Answered transactions that did not commit (aborted, or no valid answer), of all answered.
+    pub abort_rate: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+fn print_hot_table(cells: &[HotCell]) {
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    println!();
+    println!("hot key (every transaction writes the same key at each participant):");
+    println!(
+        "{:>5} {:>5} {:>8} {:>8} {:>7} {:>7}",
+        "parts", "conc", "tx/s", "aborts", "p50 ms", "p99 ms"
+    );
+    for c in cells {
+        println!(
+            "{:>5} {:>5} {:>8.0} {:>7}% {:>7} {:>7}",
+            c.participants,
+            c.concurrency,
+            c.committed_per_s,
+            f(c.abort_rate.map(|r| r * 100.0), 1),
+            f(c.p50_ms, 2),
+            f(c.p99_ms, 2)
+        );
+    }
 }
 
 fn print_table(cells: &[Cell]) {

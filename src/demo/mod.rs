@@ -22,7 +22,7 @@ use crate::metrics_text;
 use crate::target::TargetArgs;
 use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use chaos_tests::workload::{self, Progress, WorkloadOptions};
-use report::{CrashNote, Summary};
+use report::{CrashNote, LockStats, Summary};
 
 /// The coordinator's gauge of decisions not yet acknowledged by every participant.
 const PENDING_ACKS_METRIC: &str = "twopc_coordinator_pending_acks";
@@ -170,6 +170,7 @@ async fn drive(
         .pool_max_idle_per_host(args.concurrency.max(1))
         .build()?;
     let before = audit::read_totals(&client, urls, config).await?;
+    let locks_before = LockStats::read(&client, urls).await;
 
     let orders = workload::orders(config, &run_id, seed, args.orders);
     let counters = Arc::new(Progress::default());
@@ -206,6 +207,12 @@ async fn drive(
     }
     let results = load.await.context("the load driver failed")?;
     let elapsed = started.elapsed();
+    // Participants that run elsewhere (or predate lock waits) may expose none: the row then
+    // says so.
+    let locks = match (locks_before, LockStats::read(&client, urls).await) {
+        (Some(before), Some(after)) => Some(after.since(&before)),
+        _ => None,
+    };
     update_progress(&progress, &counters, started, None);
     progress.finish();
 
@@ -238,6 +245,7 @@ async fn drive(
         concurrency: args.concurrency,
         crash,
         resent: counters.resent.load(Ordering::Relaxed),
+        locks,
         audit: &audit,
     }
     .print();
@@ -274,6 +282,63 @@ async fn crash_coordinator(
         downtime,
         recovered,
     })
+}
+
+async fn metrics_of(client: &reqwest::Client, base: &str) -> Option<String> {
+    client
+        .get(format!("{base}/metrics"))
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
+impl LockStats {
+    /// The lock-wait counters and histogram summed over the three participants; `None` if
+    /// any of them does not expose them.
+    async fn read(client: &reqwest::Client, urls: &ClusterUrls) -> Option<LockStats> {
+        let mut total = LockStats::default();
+        for base in [&urls.inventory, &urls.payments, &urls.shipping] {
+            let text = metrics_of(client, base).await?;
+            let count = |name| metrics_text::value(&text, name).map(|v| v as u64);
+            total.waits += count("twopc_participant_lock_waits_total")?;
+            total.timeouts += count("twopc_participant_lock_timeouts_total")?;
+            total.conflicts += count("twopc_participant_lock_conflicts_total")?;
+            let buckets = metrics_text::buckets(&text, "twopc_participant_lock_wait_seconds");
+            if total.buckets.is_empty() {
+                total.buckets = buckets;
+            } else {
+                for ((_, sum), (_, n)) in total.buckets.iter_mut().zip(buckets) {
+                    *sum += n;
+                }
+            }
+        }
+        Some(total)
+    }
+
+    /// What happened between `before` and `self` (the cluster may be reused across runs).
+    fn since(&self, before: &LockStats) -> LockStats {
+        LockStats {
+            waits: self.waits.saturating_sub(before.waits),
+            timeouts: self.timeouts.saturating_sub(before.timeouts),
+            conflicts: self.conflicts.saturating_sub(before.conflicts),
+            buckets: self
+                .buckets
+                .iter()
+                .zip(
+                    before
+                        .buckets
+                        .iter()
+                        .map(|(_, n)| *n)
+                        .chain(std::iter::repeat(0.0)),
+                )
+                .map(|((le, n), was)| (*le, (n - was).max(0.0)))
+                .collect(),
+        }
+    }
 }
 
 async fn metric(client: &reqwest::Client, base: &str, name: &str) -> Option<u64> {

@@ -15,6 +15,12 @@ pub fn abort_category(answer: &TransactionResponse) -> String {
     let why = match part.vote {
         VoteKind::Timeout => "prepare timed out",
         VoteKind::Error => "no valid vote (error)",
+        // The participant's own prefixes first: a wait that ran out, and an immediate no (a
+        // younger holder, too many waiters); "lock conflict" is what older participants said.
+        VoteKind::Yes | VoteKind::No if reason.contains("lock_timeout") => "lock wait timed out",
+        VoteKind::Yes | VoteKind::No if reason.contains("lock_conflict") => {
+            "lock conflict (younger holder or no wait)"
+        }
         VoteKind::Yes | VoteKind::No if reason.contains("lock") => "lock conflict",
         VoteKind::Yes | VoteKind::No
             if reason.contains("min") || reason.contains("insufficient") =>
@@ -57,6 +63,16 @@ mod tests {
                 vec![("inventory", Yes), ("payments", No)],
                 "key balance:cust-1 is locked by o-0",
                 "payments: lock conflict",
+            ),
+            (
+                vec![("inventory", No)],
+                "inventory voted no: lock_timeout: waited 1500 ms for key \"stock:sku-1\" held by prepared attempt c:1:1",
+                "inventory: lock wait timed out",
+            ),
+            (
+                vec![("payments", No)],
+                "payments voted no: lock_conflict: key \"balance:c-1\" is locked by prepared attempt c:1:2, which started after this one",
+                "payments: lock conflict (younger holder or no wait)",
             ),
             (
                 vec![("inventory", No), ("payments", Yes)],

@@ -10,6 +10,7 @@ use chaos_tests::workload::OrderResult;
 
 use super::reasons::abort_category;
 use crate::latency::quantile;
+use crate::metrics_text::bucket_quantile;
 
 fn ms(duration: Option<Duration>) -> String {
     duration.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
@@ -24,12 +25,23 @@ pub struct CrashNote {
     pub recovered: Option<u64>,
 }
 
+/// The participants' lock waits during the run (summed over all three).
+#[derive(Debug, Clone, Default)]
+pub struct LockStats {
+    pub waits: u64,
+    pub timeouts: u64,
+    pub conflicts: u64,
+    /// Cumulative wait-duration buckets `(le seconds, count)`.
+    pub buckets: Vec<(f64, f64)>,
+}
+
 pub struct Summary<'a> {
     pub results: &'a [OrderResult],
     pub elapsed: Duration,
     pub concurrency: usize,
     pub crash: Option<CrashNote>,
     pub resent: u64,
+    pub locks: Option<LockStats>,
     pub audit: &'a AuditReport,
 }
 
@@ -113,6 +125,21 @@ impl Summary<'_> {
                 ms(quantile(&latencies, 0.99))
             ),
         );
+        match &self.locks {
+            Some(locks) => {
+                let p99 = bucket_quantile(&locks.buckets, 0.99)
+                    .map_or("-".into(), |s| format!("<= {:.0} ms", s * 1e3));
+                row(
+                    "prepares that waited for a lock / p99 wait",
+                    format!("{} / {p99}", locks.waits),
+                );
+                row(
+                    "lock waits timed out / immediate lock conflicts",
+                    format!("{} / {}", locks.timeouts, locks.conflicts),
+                );
+            }
+            None => row("lock waits", "not reported by the participants".into()),
+        }
         println!("{}", "-".repeat(64));
         println!(
             "invariants ({} orders applied everywhere, {} nowhere):",

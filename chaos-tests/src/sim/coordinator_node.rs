@@ -488,6 +488,7 @@ impl CoordinatorNode {
                 participant,
                 payload,
                 timeout_ms,
+                started_at_ms,
             } => {
                 let rid = io.rid();
                 let index = self.part_index(&participant);
@@ -506,6 +507,9 @@ impl CoordinatorNode {
                             incarnation: identity.incarnation,
                             position: attempt.position,
                             payload,
+                            started_at_ms: Some(started_at_ms),
+                            // As the real runtime does: the no arrives before the deadline.
+                            lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
                         },
                     },
                 });

@@ -95,6 +95,9 @@ pub struct RunStats {
     /// Attempts a participant still holds in doubt at the end because the coordinator's log
     /// cannot prove their outcome (correct; an operator resolves them).
     pub undecidable: u64,
+    /// Prepares that queued for a lock at a participant, and those later granted (a yes).
+    pub lock_waits: u64,
+    pub lock_grants: u64,
 }
 
 /// A run that broke an invariant: everything needed to understand and replay it.
@@ -184,6 +187,8 @@ pub fn run_seed(seed: u64, config: SimConfig) -> Result<RunStats, Failure> {
         .iter()
         .map(|p| p.undecidable().len() as u64)
         .sum();
+    stats.lock_waits = world.participants.iter().map(|p| p.lock_waits).sum();
+    stats.lock_grants = world.participants.iter().map(|p| p.lock_grants).sum();
     Ok(stats)
 }
 

@@ -5,6 +5,10 @@
 //! after its Committed/Aborted record); periodic ticks ask the coordinator about transactions in
 //! doubt. Restart rebuilds the engine from the checkpoint (`Engine::restore`) or the seed, then
 //! `Engine::replay` of every record the disk kept, as `Participant::open` does.
+//!
+//! A prepare that queues for locks is answered by a later step's `Deliver` (after the forced
+//! records before it, as any reply). A crash drops the queue with the engine: the coordinator
+//! hears nothing and its request times out, as with a real participant.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -54,6 +58,12 @@ pub struct ParticipantNode {
     /// Replies waiting for their forced record: (sequence number, message).
     reply_waits: Vec<(u64, Msg)>,
     queries: BTreeMap<RequestId, GlobalTxId>,
+    /// Prepares queued in the engine, by waiter id: whom to answer.
+    waiters: BTreeMap<u64, (RequestId, Incarnation)>,
+    next_waiter: u64,
+    /// Prepares that queued for a lock, and those of them later granted (a deferred yes).
+    pub lock_waits: u64,
+    pub lock_grants: u64,
     sync_scheduled: bool,
     /// Bumped whenever the log or the engine's store may have changed; `checked` is the value
     /// the last store check saw.
@@ -76,6 +86,10 @@ impl ParticipantNode {
             conflict: None,
             reply_waits: Vec::new(),
             queries: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            next_waiter: 0,
+            lock_waits: 0,
+            lock_grants: 0,
             sync_scheduled: false,
             changes: Cell::new(1),
             checked: Cell::new(0),
@@ -200,6 +214,8 @@ impl ParticipantNode {
         self.engine = None;
         self.reply_waits.clear();
         self.queries.clear();
+        // Never logged: gone with the process; their coordinator requests time out.
+        self.waiters.clear();
         self.sync_scheduled = false;
     }
 
@@ -252,34 +268,26 @@ impl ParticipantNode {
         }
         match body {
             Body::Prepare { rid, from, request } => {
+                let waiter = self.next_waiter;
+                self.next_waiter += 1;
+                // Registered before the step: a grant in this very step delivers to it.
+                self.waiters.insert(waiter, (rid, from));
                 let reply = self.step(
                     io,
                     Event::Prepare {
                         request,
                         now_ms: io.now_ms,
+                        waiter,
                     },
                 );
-                let is_yes = matches!(reply, Some((Reply::Vote(Vote::Yes), _)));
-                let answer = match reply {
-                    Some((Reply::Vote(vote), wait)) => (Ok(vote), wait),
-                    Some((Reply::Reject(r), wait)) => (Err((r.code(), r.to_string())), wait),
-                    Some((Reply::Ack, wait)) => (
-                        Err((protocol::ErrorCode::Internal, "ack to a prepare".into())),
-                        wait,
-                    ),
-                    None => return,
-                };
-                let msg = Msg {
-                    to: Some(Node::Coordinator),
-                    body: Body::PrepareAnswer {
-                        rid,
-                        to: from,
-                        answer: answer.0,
-                    },
-                };
-                // The mutation: a yes leaves before its Prepared record is durable.
-                let early = is_yes && io.mutation == Mutation::VoteBeforePreparedDurable;
-                self.reply(io, msg, if early { None } else { answer.1 });
+                match reply {
+                    Some((reply, wait)) => {
+                        self.waiters.remove(&waiter);
+                        self.answer_prepare(io, (rid, from), reply, wait);
+                    }
+                    None if self.waiters.contains_key(&waiter) => self.lock_waits += 1,
+                    None => {}
+                }
             }
             Body::Decide {
                 rid,
@@ -332,6 +340,33 @@ impl ParticipantNode {
             | Body::DecideAnswer { .. }
             | Body::Query { .. } => {}
         }
+    }
+
+    /// Sends a vote (now or deferred) once the forced record at `wait` is durable.
+    fn answer_prepare(
+        &mut self,
+        io: &mut Io,
+        (rid, from): (RequestId, Incarnation),
+        reply: Reply,
+        wait: Option<u64>,
+    ) {
+        let is_yes = matches!(reply, Reply::Vote(Vote::Yes));
+        let answer = match reply {
+            Reply::Vote(vote) => Ok(vote),
+            Reply::Reject(r) => Err((r.code(), r.to_string())),
+            Reply::Ack => Err((protocol::ErrorCode::Internal, "ack to a prepare".into())),
+        };
+        let msg = Msg {
+            to: Some(Node::Coordinator),
+            body: Body::PrepareAnswer {
+                rid,
+                to: from,
+                answer,
+            },
+        };
+        // The mutation: a yes leaves before its Prepared record is durable.
+        let early = is_yes && io.mutation == Mutation::VoteBeforePreparedDurable;
+        self.reply(io, msg, if early { None } else { wait });
     }
 
     fn reply(&mut self, io: &mut Io, msg: Msg, wait: Option<u64>) {
@@ -387,6 +422,16 @@ impl ParticipantNode {
                     }
                 }
                 Command::Reply(r) => reply = Some(r),
+                Command::Deliver { waiter, reply } => {
+                    if let Some(to) = self.waiters.remove(&waiter) {
+                        if matches!(reply, Reply::Vote(Vote::Yes)) {
+                            self.lock_grants += 1;
+                        }
+                        // Its forced records precede it; the last forced one so far covers
+                        // them (the log syncs in order).
+                        self.answer_prepare(io, to, reply, wait);
+                    }
+                }
                 Command::AskDecision { txid, query } => {
                     let rid = io.rid();
                     self.queries.insert(rid, query.gtid.clone());

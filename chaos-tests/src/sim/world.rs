@@ -144,6 +144,10 @@ impl World {
             decision_backoff_max_ms: 800,
             tombstone_retention_ms: u64::MAX / 4,
             tombstones_max,
+            // Waits shorter than most prepare deadlines (60..=400 ms), so both a granted
+            // waiter and one that times out happen in the mix.
+            lock_wait_max_ms: 150,
+            lock_waiters_max: 64,
         };
         let participants = shop
             .seeds()

@@ -87,6 +87,8 @@ pub enum Command {
         participant: ParticipantName,
         payload: serde_json::Value,
         timeout_ms: u64,
+        /// The attempt's `created_at_ms`: participants order lock waits by it (oldest first).
+        started_at_ms: u64,
     },
     /// Send `PrepareDeadline` after this long.
     ArmPrepareDeadline { txid: TxId, after_ms: u64 },

@@ -343,6 +343,7 @@ impl Engine {
                 participant: name.clone(),
                 payload: payload.clone(),
                 timeout_ms,
+                started_at_ms: now_ms,
             });
         }
         commands.push(Command::ArmPrepareDeadline {

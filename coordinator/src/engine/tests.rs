@@ -226,6 +226,7 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
                     participant: name("a"),
                     payload: json!({"pa": 1}),
                     timeout_ms: 500,
+                    started_at_ms: 1000,
                 },
                 Command::SendPrepare {
                     txid: id("t"),
@@ -233,6 +234,7 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
                     participant: name("b"),
                     payload: json!({"pb": 2}),
                     timeout_ms: 500,
+                    started_at_ms: 1000,
                 },
                 Command::ArmPrepareDeadline {
                     txid: id("t"),

@@ -345,6 +345,7 @@ impl Core {
                 participant,
                 payload,
                 timeout_ms,
+                started_at_ms,
             } => {
                 tokio::spawn(Arc::clone(self).prepare(
                     txid,
@@ -352,6 +353,7 @@ impl Core {
                     participant,
                     payload,
                     timeout_ms,
+                    started_at_ms,
                 ));
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
@@ -419,6 +421,7 @@ impl Core {
         participant: ParticipantName,
         payload: serde_json::Value,
         timeout_ms: u64,
+        started_at_ms: u64,
     ) {
         let started = Instant::now();
         let (vote, reason) = match self.participants.get(&participant) {
@@ -431,6 +434,10 @@ impl Core {
                     incarnation: self.identity.incarnation,
                     position: attempt.position,
                     payload,
+                    started_at_ms: Some(started_at_ms),
+                    // A quarter of the deadline is left for the no vote to travel back before
+                    // the coordinator stops waiting (and records a timeout instead).
+                    lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
                 };
                 let outcome =
                     participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms))

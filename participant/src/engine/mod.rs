@@ -14,6 +14,7 @@ mod in_doubt;
 mod phases;
 mod replay;
 mod types;
+mod waits;
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,7 @@ use crate::locks::Locks;
 use crate::record::Fence;
 use crate::resource::Resource;
 use crate::tombstones::Tombstones;
+use waits::Waits;
 
 pub use crate::rejection::Rejection;
 pub use in_doubt::backoff_ms;
@@ -40,6 +42,8 @@ pub struct Engine<R: Resource> {
     pub(crate) locks: Locks,
     pub(crate) tombstones: Tombstones,
     pub(crate) epochs: BTreeMap<CoordinatorId, Fence>,
+    /// Prepares queued for locks, oldest attempt first (never logged; see `waits`).
+    pub(crate) waits: Waits<R::Staged>,
 }
 
 impl<R: Resource> Engine<R> {
@@ -52,6 +56,7 @@ impl<R: Resource> Engine<R> {
             locks: Locks::default(),
             tombstones,
             epochs: BTreeMap::new(),
+            waits: Waits::default(),
         }
     }
 
@@ -69,6 +74,20 @@ impl<R: Resource> Engine<R> {
 
     pub fn locks_len(&self) -> usize {
         self.locks.len()
+    }
+
+    /// Prepares queued for locks now.
+    pub fn waiting_len(&self) -> usize {
+        self.waits.len()
+    }
+
+    /// The attempts queued for locks, oldest first (for operators and tests).
+    pub fn waiting_list(&self) -> Vec<GlobalTxId> {
+        self.waits
+            .by_order
+            .keys()
+            .map(|(_, gtid)| gtid.clone())
+            .collect()
     }
 
     pub fn tombstones_len(&self) -> usize {
@@ -100,10 +119,24 @@ impl<R: Resource> Engine<R> {
 
     /// Feeds one event; returns what to do.
     pub fn step(&mut self, event: Event) -> Vec<Command> {
+        let now_ms = event.now_ms();
+        let mut commands = self.step_event(event);
+        // Every step may release locks or pass a waiter's deadline; answering queued
+        // prepares here (after this request's own commands) keeps deadlines accurate to the
+        // step rate, and the shell ticks often while anyone waits.
+        self.settle_waits(now_ms, &mut commands);
+        commands
+    }
+
+    fn step_event(&mut self, event: Event) -> Vec<Command> {
         match event {
-            Event::Prepare { request, now_ms } => {
+            Event::Prepare {
+                request,
+                now_ms,
+                waiter,
+            } => {
                 self.tombstones.prune(now_ms);
-                self.prepare(request, now_ms)
+                self.prepare(request, now_ms, waiter)
             }
             Event::Commit { request, now_ms } => {
                 self.tombstones.prune(now_ms);

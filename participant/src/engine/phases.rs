@@ -6,6 +6,7 @@ use protocol::{
     CoordinatorId, DecisionRequest, Epoch, GlobalTxId, Incarnation, PrepareRequest, TxId, Vote,
 };
 
+use super::waits::{Blocked, Waiter, deliver_all};
 use super::{Command, Engine, PreparedTx, Reply};
 use crate::record::Record;
 use crate::rejection::Rejection;
@@ -33,7 +34,12 @@ fn check_owner(gtid: &GlobalTxId, coordinator_id: &CoordinatorId) -> Result<(), 
 }
 
 impl<R: Resource> Engine<R> {
-    pub(super) fn prepare(&mut self, request: PrepareRequest, now_ms: u64) -> Vec<Command> {
+    pub(super) fn prepare(
+        &mut self,
+        request: PrepareRequest,
+        now_ms: u64,
+        waiter: u64,
+    ) -> Vec<Command> {
         let PrepareRequest {
             txid,
             gtid,
@@ -42,6 +48,8 @@ impl<R: Resource> Engine<R> {
             incarnation,
             position,
             payload,
+            started_at_ms,
+            lock_wait_ms,
         } = request;
         if let Err(rejection) = check_owner(&gtid, &coordinator_id) {
             return vec![Command::Reply(Reply::Reject(rejection))];
@@ -56,8 +64,22 @@ impl<R: Resource> Engine<R> {
             incarnation,
         };
         let mut commands = Vec::new();
-        let reply = if let Some(prepared) = self.prepared.get(&gtid) {
-            if prepared.payload != payload {
+        let reply = if let Some(queued) = self.waits.get_mut(&gtid) {
+            if queued.payload == payload {
+                // A duplicate of a prepare still queued: one queue entry, one outcome, told
+                // to both requests when it comes.
+                queued.requests.push(waiter);
+                None
+            } else {
+                Some(Reply::Vote(Vote::No {
+                    reason: format!(
+                        "attempt {gtid} is already waiting here for a lock with a different \
+                         payload; the queued one stays"
+                    ),
+                }))
+            }
+        } else if let Some(prepared) = self.prepared.get(&gtid) {
+            let reply = if prepared.payload != payload {
                 // One attempt, two payloads: a yes would promise to commit the new request
                 // while the old payload is what is staged and locked.
                 Reply::Vote(Vote::No {
@@ -70,9 +92,10 @@ impl<R: Resource> Engine<R> {
                 // A duplicate: same vote, but only once the first one's record is durable.
                 commands.push(barrier(&sender));
                 Reply::Vote(Vote::Yes)
-            }
+            };
+            Some(reply)
         } else if let Some(remembered) = self.tombstones.get(&gtid) {
-            match &remembered.ended {
+            Some(match &remembered.ended {
                 Ended::Committed if remembered.digest == Some(Digest::of_payload(&payload)) => {
                     commands.push(barrier(&sender));
                     Reply::Vote(Vote::Yes)
@@ -89,15 +112,15 @@ impl<R: Resource> Engine<R> {
                 Ended::Refused { reason } => Reply::Vote(Vote::No {
                     reason: reason.clone(),
                 }),
-            }
+            })
         } else if self.tombstones.may_have_forgotten(&gtid) {
             // Its tombstone may be among those dropped: a yes could apply it a second time.
-            Reply::Vote(Vote::No {
+            Some(Reply::Vote(Vote::No {
                 reason: format!(
                     "attempt {gtid} is older than what this participant still remembers of its \
                      coordinator run; it may have ended here already"
                 ),
-            })
+            }))
         } else {
             // Encoded once: its length is checked and its digest kept.
             let encoded = serde_json::to_vec(&payload);
@@ -110,16 +133,22 @@ impl<R: Resource> Engine<R> {
                 position,
                 encoded_len,
                 digest,
+                started_at_ms: started_at_ms.unwrap_or(now_ms),
+                lock_wait_ms,
+                waiter,
+                raised,
             };
             match self.prepare_fresh(attempt, payload, now_ms) {
-                Ok(record) => {
+                Ok(Admitted::Prepared(record)) => {
                     commands.push(Command::Log {
                         record,
                         forced: true,
                     });
-                    Reply::Vote(Vote::Yes)
+                    Some(Reply::Vote(Vote::Yes))
                 }
-                Err(Refusal::Reject(rejection)) => Reply::Reject(rejection),
+                // Answered by a later step's `Deliver`.
+                Ok(Admitted::Queued) => None,
+                Err(Refusal::Reject(rejection)) => Some(Reply::Reject(rejection)),
                 Err(Refusal::No(reason)) => {
                     let reason = truncate(reason, REASON_LEN_MAX);
                     self.tombstones.insert(
@@ -141,11 +170,11 @@ impl<R: Resource> Engine<R> {
                         },
                         forced: raised,
                     });
-                    Reply::Vote(Vote::No { reason })
+                    Some(Reply::Vote(Vote::No { reason }))
                 }
             }
         };
-        finish(commands, raised, &sender, reply)
+        finish_maybe(commands, raised, &sender, reply)
     }
 
     fn prepare_fresh(
@@ -153,7 +182,7 @@ impl<R: Resource> Engine<R> {
         fresh: Fresh<'_>,
         payload: serde_json::Value,
         now_ms: u64,
-    ) -> Result<Record, Refusal> {
+    ) -> Result<Admitted, Refusal> {
         let Fresh {
             gtid,
             txid,
@@ -161,6 +190,10 @@ impl<R: Resource> Engine<R> {
             position,
             encoded_len: len,
             digest,
+            started_at_ms,
+            lock_wait_ms,
+            waiter,
+            raised,
         } = fresh;
         if len > PAYLOAD_BYTES_MAX {
             return Err(Refusal::Reject(Rejection::PayloadTooLarge {
@@ -173,10 +206,54 @@ impl<R: Resource> Engine<R> {
             .parse(&payload)
             .map_err(|e| Refusal::Reject(Rejection::InvalidPayload(e.0)))?;
         let keys = dedup(self.resource.lock_keys(&staged));
-        if let Some((key, holder)) = self.locks.conflict(gtid, &keys) {
-            return Err(Refusal::No(format!(
-                "key {key:?} is locked by prepared transaction {holder}"
-            )));
+        let order = (started_at_ms, gtid.clone());
+        let wait_ms = lock_wait_ms
+            .unwrap_or(self.config.lock_wait_max_ms)
+            .min(self.config.lock_wait_max_ms);
+        match self.blocked(&order, &keys) {
+            None => {}
+            Some(Blocked::Younger { key, holder }) => {
+                // Waiting for a younger attempt could close a cycle with one that waits for
+                // us elsewhere; the client's retry is a later attempt and will wait instead.
+                return Err(Refusal::No(format!(
+                    "lock_conflict: key {key:?} is locked by prepared attempt {holder}, which \
+                     started after this one; an attempt waits only for older ones"
+                )));
+            }
+            Some(Blocked::Older { key, ahead }) if wait_ms == 0 => {
+                return Err(Refusal::No(format!(
+                    "lock_conflict: key {key:?} is locked by attempt {ahead} and this prepare \
+                     may not wait for it"
+                )));
+            }
+            Some(Blocked::Older { key, ahead })
+                if self.waits.len() >= self.config.lock_waiters_max =>
+            {
+                return Err(Refusal::No(format!(
+                    "lock_conflict: too many waiters ({} queued); key {key:?} is locked by \
+                     attempt {ahead}",
+                    self.waits.len()
+                )));
+            }
+            Some(Blocked::Older { .. }) => {
+                self.waits.insert(
+                    order,
+                    Waiter {
+                        txid: txid.clone(),
+                        sender: sender.clone(),
+                        position,
+                        payload,
+                        digest,
+                        staged,
+                        keys,
+                        requests: vec![waiter],
+                        arrived_at_ms: now_ms,
+                        deadline_ms: now_ms.saturating_add(wait_ms),
+                        raised,
+                    },
+                );
+                return Ok(Admitted::Queued);
+            }
         }
         self.resource.check(&staged).map_err(Refusal::No)?;
         self.locks.take(gtid, &keys);
@@ -193,13 +270,14 @@ impl<R: Resource> Engine<R> {
                 staged,
                 keys,
                 prepared_at_ms: now_ms,
+                started_at_ms,
                 next_ask_at_ms: now_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,
                 last_answer: None,
             },
         );
-        Ok(Record::Prepared {
+        Ok(Admitted::Prepared(Record::Prepared {
             gtid: gtid.clone(),
             txid: txid.clone(),
             coordinator_id: sender.coordinator_id.clone(),
@@ -208,7 +286,8 @@ impl<R: Resource> Engine<R> {
             position,
             payload,
             prepared_at_ms: now_ms,
-        })
+            started_at_ms: Some(started_at_ms),
+        }))
     }
 
     /// Checks a commit or abort's sender; the attempt and the sender, or the answer to give.
@@ -245,7 +324,14 @@ impl<R: Resource> Engine<R> {
             Err(answer) => return answer,
         };
         let mut commands = Vec::new();
-        let reply = if self.prepared.contains_key(&gtid) {
+        let reply = if self.waits.contains(&gtid) {
+            // It never voted yes here, so no coordinator can have decided commit for it; it
+            // keeps waiting.
+            not_prepared(
+                &gtid,
+                "was never prepared here (it is waiting for a lock); it cannot commit".into(),
+            )
+        } else if self.prepared.contains_key(&gtid) {
             commands.push(self.commit_prepared(&gtid, &sender, now_ms));
             Reply::Ack
         } else {
@@ -281,7 +367,31 @@ impl<R: Resource> Engine<R> {
             Err(answer) => return answer,
         };
         let mut commands = Vec::new();
-        let reply = if self.prepared.contains_key(&gtid) {
+        let reply = if let Some((_, waiter)) = self.waits.remove(&gtid) {
+            // The coordinator gave up on it (its deadline, another participant's no): it leaves
+            // the queue, and a tombstone makes a late duplicate prepare vote no, as an abort
+            // that overtook its prepare does.
+            self.tombstones
+                .insert(gtid.clone(), Ended::Aborted, None, now_ms);
+            commands.push(Command::Log {
+                record: Record::Aborted {
+                    gtid: gtid.clone(),
+                    coordinator_id: sender.coordinator_id.clone(),
+                    epoch: sender.epoch,
+                    incarnation: sender.incarnation,
+                    at_ms: now_ms,
+                },
+                forced: true,
+            });
+            deliver_all(
+                &mut commands,
+                waiter.requests,
+                &Reply::Vote(Vote::No {
+                    reason: format!("attempt {gtid} was aborted while waiting for a lock"),
+                }),
+            );
+            Reply::Ack
+        } else if self.prepared.contains_key(&gtid) {
             commands.push(self.abort_prepared(&gtid, &sender, now_ms));
             Reply::Ack
         } else {
@@ -367,6 +477,8 @@ impl<R: Resource> Engine<R> {
             return;
         };
         self.locks.release(gtid, &prepared.keys);
+        // Its keys are free: a waiter may be granted at the end of this step.
+        self.waits.changed = true;
         match &ended {
             Ended::Committed => self.resource.apply(prepared.staged),
             Ended::Aborted | Ended::Refused { .. } => self.resource.release(prepared.staged),
@@ -384,6 +496,17 @@ struct Fresh<'a> {
     position: u64,
     encoded_len: usize,
     digest: Digest,
+    /// Its place in the lock order (the coordinator's start time, or its arrival here).
+    started_at_ms: u64,
+    lock_wait_ms: Option<u64>,
+    waiter: u64,
+    raised: bool,
+}
+
+/// A fresh prepare that passed validation: prepared now, or queued for locks.
+enum Admitted {
+    Prepared(Record),
+    Queued,
 }
 
 enum Refusal {
@@ -414,6 +537,28 @@ fn finish(mut commands: Vec<Command>, raised: bool, sender: &Sender, reply: Repl
     commands
 }
 
+/// As [`finish`], for a prepare that may be answered later (no reply in this step).
+fn finish_maybe(
+    commands: Vec<Command>,
+    raised: bool,
+    sender: &Sender,
+    reply: Option<Reply>,
+) -> Vec<Command> {
+    match reply {
+        Some(reply) => finish(commands, raised, sender, reply),
+        None => {
+            let mut commands = commands;
+            let forced = commands
+                .iter()
+                .any(|c| matches!(c, Command::Log { forced: true, .. }));
+            if raised && !forced {
+                commands.push(barrier(sender));
+            }
+            commands
+        }
+    }
+}
+
 fn not_prepared(gtid: &GlobalTxId, why: String) -> Reply {
     Reply::Reject(Rejection::NotPrepared {
         gtid: gtid.clone(),
@@ -427,7 +572,7 @@ pub(super) fn dedup(mut keys: Vec<String>) -> Vec<String> {
     keys
 }
 
-fn truncate(mut reason: String, max: usize) -> String {
+pub(super) fn truncate(mut reason: String, max: usize) -> String {
     if reason.len() > max {
         let mut cut = max;
         while !reason.is_char_boundary(cut) {

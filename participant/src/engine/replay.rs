@@ -24,6 +24,7 @@ pub(crate) struct LoggedPrepare {
     pub position: u64,
     pub payload: serde_json::Value,
     pub prepared_at_ms: u64,
+    pub started_at_ms: u64,
 }
 
 impl<R: Resource> Engine<R> {
@@ -47,6 +48,7 @@ impl<R: Resource> Engine<R> {
                 position,
                 payload,
                 prepared_at_ms,
+                started_at_ms,
             } => {
                 if self.prepared.contains_key(&gtid) {
                     return Ok(());
@@ -62,6 +64,7 @@ impl<R: Resource> Engine<R> {
                     position,
                     payload,
                     prepared_at_ms,
+                    started_at_ms: started_at_ms.unwrap_or(prepared_at_ms),
                 })?;
             }
             Record::Committed { gtid, at_ms, .. } => {
@@ -102,6 +105,7 @@ impl<R: Resource> Engine<R> {
             position,
             payload,
             prepared_at_ms,
+            started_at_ms,
         } = logged;
         let staged = self
             .resource
@@ -126,6 +130,7 @@ impl<R: Resource> Engine<R> {
                 staged,
                 keys,
                 prepared_at_ms,
+                started_at_ms,
                 next_ask_at_ms: prepared_at_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,

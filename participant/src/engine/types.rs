@@ -20,6 +20,13 @@ pub struct EngineConfig {
     pub tombstone_retention_ms: u64,
     /// Most decided transactions remembered.
     pub tombstones_max: usize,
+    /// Longest a prepare may queue for locks held by older attempts before voting no
+    /// (`lock_timeout: ...`); the request's `lock_wait_ms` can only shorten it. 0: never wait,
+    /// a conflicting prepare votes no at once (`lock_conflict: ...`).
+    pub lock_wait_max_ms: u64,
+    /// Most prepares queued at once; past it a conflicting prepare votes no at once, so a
+    /// burst on one hot key cannot grow the queue (and each release's scan) without bound.
+    pub lock_waiters_max: usize,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +37,8 @@ impl Default for EngineConfig {
             decision_backoff_max_ms: 10_000,
             tombstone_retention_ms: 24 * 60 * 60 * 1000,
             tombstones_max: 1_000_000,
+            lock_wait_max_ms: 2_000,
+            lock_waiters_max: 4_096,
         }
     }
 }
@@ -37,9 +46,12 @@ impl Default for EngineConfig {
 /// Something that happened to the participant.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// `waiter` names this request for a later [`Command::Deliver`]: a prepare that queues
+    /// for locks gets no reply in this step. The shell assigns it, unique among open requests.
     Prepare {
         request: PrepareRequest,
         now_ms: u64,
+        waiter: u64,
     },
     Commit {
         request: DecisionRequest,
@@ -49,7 +61,8 @@ pub enum Event {
         request: DecisionRequest,
         now_ms: u64,
     },
-    /// Time passed: prepared transactions in doubt for too long ask the coordinator.
+    /// Time passed: prepared transactions in doubt for too long ask the coordinator, and
+    /// prepares queued for locks past their deadline vote no.
     Tick { now_ms: u64 },
     /// The coordinator's answer to a decision query; `None` when it could not be asked or gave
     /// no usable answer. The engine obeys only a `commit` or `abort` from the coordinator id
@@ -63,6 +76,19 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The time this event happened.
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Event::Prepare { now_ms, .. }
+            | Event::Commit { now_ms, .. }
+            | Event::Abort { now_ms, .. }
+            | Event::Tick { now_ms }
+            | Event::DecisionAnswer { now_ms, .. } => *now_ms,
+        }
+    }
+}
+
 /// What the shell must do, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -70,6 +96,11 @@ pub enum Command {
     Log { record: Record, forced: bool },
     /// Answer the request that caused this step.
     Reply(Reply),
+    /// Answer a prepare that queued for locks in an earlier step (its `waiter`). Like a reply,
+    /// it leaves only once every forced record before it in this list is durable (a yes
+    /// follows its `Prepared` record). A waiter id the shell no longer knows (its client left)
+    /// is dropped.
+    Deliver { waiter: u64, reply: Reply },
     /// Ask the coordinator for this attempt's decision
     /// (`GET /v1/transactions/{txid}/decision?{query}`), then feed back `DecisionAnswer`.
     AskDecision { txid: TxId, query: DecisionQuery },
@@ -99,6 +130,9 @@ pub struct PreparedTx<S> {
     pub staged: S,
     pub keys: Vec<String>,
     pub prepared_at_ms: u64,
+    /// Its place in the lock-wait order (the coordinator's start time, or the prepare's
+    /// arrival here when the coordinator sent none); logged so a restart keeps it.
+    pub started_at_ms: u64,
     pub(super) next_ask_at_ms: u64,
     pub(super) asks: u32,
     pub(super) asking: bool,

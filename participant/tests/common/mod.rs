@@ -22,6 +22,8 @@ pub struct Tally {
 pub struct Add {
     key: String,
     n: i64,
+    /// More keys it locks (`"also": ["b"]`), for multi-key lock tests; only `key` changes.
+    also: Vec<String>,
 }
 
 impl Resource for Tally {
@@ -34,14 +36,25 @@ impl Resource for Tally {
         let n = payload["n"]
             .as_i64()
             .ok_or_else(|| InvalidPayload::new("n must be an integer"))?;
+        let also = payload["also"]
+            .as_array()
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Add {
             key: key.to_string(),
             n,
+            also,
         })
     }
 
     fn lock_keys(&self, staged: &Add) -> Vec<String> {
-        vec![staged.key.clone()]
+        let mut keys = vec![staged.key.clone()];
+        keys.extend(staged.also.iter().cloned());
+        keys
     }
 
     fn check(&self, staged: &Add) -> Result<(), String> {
@@ -151,6 +164,8 @@ pub fn prepare_as(
         incarnation: sender.incarnation,
         position: gtid.parts().map_or(0, |(_, _, position)| position),
         payload,
+        started_at_ms: None,
+        lock_wait_ms: None,
     }
 }
 
