@@ -1,0 +1,12 @@
+//! Ended transactions' outcomes on disk for their whole idempotency window: the index (one
+//! redb file).
+
+mod store;
+
+pub use store::{ArchiveReport, Cursor, IndexStats, OutcomeError, OutcomeStore, Page};
+
+/// The index's file name inside the data directory.
+pub const FILE_NAME: &str = "outcomes.redb";
+
+#[cfg(test)]
+mod tests;
