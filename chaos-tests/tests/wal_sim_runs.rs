@@ -237,11 +237,18 @@ impl Coordinator {
                         let seen = self.told.insert(response.id.clone(), response.outcome);
                         assert!(seen.is_none_or(|s| s == response.outcome));
                     }
-                    CReply::Conflict { .. } | CReply::LogFailed { .. } => {
+                    CReply::Conflict { .. }
+                    | CReply::LogFailed { .. }
+                    | CReply::LookAgain
+                    | CReply::Busy { .. }
+                    | CReply::IndexUnavailable { .. } => {
                         panic!("unexpected reply {reply:?}")
                     }
                 },
-                CCommand::SendPrepare { .. } | CCommand::ArmPrepareDeadline { .. } => {}
+                // This model has no outcome index: ended outcomes stay staged.
+                CCommand::SendPrepare { .. }
+                | CCommand::ArmPrepareDeadline { .. }
+                | CCommand::Archive(_) => {}
             }
         }
         for event in follow {
@@ -272,6 +279,8 @@ impl Coordinator {
                 .collect(),
             timeout_ms: 100,
             now_ms: 1,
+            archived: None,
+            archive_generation: 0,
         });
         self.execute(wal, ledger, rng, commands)?;
         for name in parts {

@@ -42,9 +42,14 @@ pub struct Args {
     /// How long ended transactions' outcomes are kept for retries [default: 86400000 = 24 h].
     #[arg(long, value_name = "MS")]
     pub retention_ms: Option<u64>,
-    /// Most ended outcomes kept, the oldest dropped first [default: 100000].
+    /// Most ended outcomes staged in memory before the outcome index holds them; beyond it
+    /// new transactions get 503 until the archiver catches up [default: 100000].
     #[arg(long, value_name = "N")]
     pub retained_max: Option<usize>,
+    /// Disk budget of the outcome index (<data-dir>/outcomes.redb) in logical bytes; the
+    /// oldest outcomes go first beyond it [default: 1073741824 = 1 GiB].
+    #[arg(long, value_name = "BYTES")]
+    pub retained_disk_max_bytes: Option<u64>,
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -72,6 +77,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         checkpoint_interval_ms: args.checkpoint_interval_ms,
         retention_ms: args.retention_ms,
         retained_max: args.retained_max,
+        retained_disk_max_bytes: args.retained_disk_max_bytes,
     };
     let mut config = base.overlay(flags).into_config()?;
     if unsafe_no_fsync {

@@ -24,6 +24,9 @@ pub mod defaults {
     /// Most ended outcomes kept whatever the window: bounds memory (~1 KiB each) and the
     /// checkpoint snapshot (~300 bytes each).
     pub const RETAINED_MAX: usize = 100_000;
+    /// 1 GiB of logical bytes in the outcome index (~400 bytes an outcome with two
+    /// participants: about 2.5 million outcomes, a day at ~30 transactions a second).
+    pub const RETAINED_DISK_MAX_BYTES: u64 = 1 << 30;
 }
 
 /// A checked configuration.
@@ -48,8 +51,12 @@ pub struct Config {
     pub checkpoint_interval_ms: u64,
     /// How long ended transactions' outcomes are kept (idempotent retries, decision queries).
     pub retention_ms: u64,
-    /// Most ended transactions' outcomes kept; the oldest go first.
+    /// Most ended outcomes staged in memory before the outcome index holds them; beyond it
+    /// new transactions get 503 until the archiver catches up.
     pub retained_max: usize,
+    /// Disk budget of the outcome index in logical bytes (keys and values stored); beyond it
+    /// the oldest outcomes go first, even inside the retention window.
+    pub retained_disk_max_bytes: u64,
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
@@ -109,6 +116,7 @@ pub struct FileConfig {
     pub checkpoint_interval_ms: Option<u64>,
     pub retention_ms: Option<u64>,
     pub retained_max: Option<usize>,
+    pub retained_disk_max_bytes: Option<u64>,
 }
 
 impl FileConfig {
@@ -138,7 +146,8 @@ impl FileConfig {
             retry_max_ms,
             checkpoint_interval_ms,
             retention_ms,
-            retained_max
+            retained_max,
+            retained_disk_max_bytes
         );
         self.participants.extend(over.participants);
         self
@@ -178,6 +187,9 @@ impl FileConfig {
                 .unwrap_or(defaults::CHECKPOINT_INTERVAL_MS),
             retention_ms: self.retention_ms.unwrap_or(defaults::RETENTION_MS),
             retained_max: self.retained_max.unwrap_or(defaults::RETAINED_MAX),
+            retained_disk_max_bytes: self
+                .retained_disk_max_bytes
+                .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
             fsync: true,
         };
         config.validate()?;
@@ -259,8 +271,15 @@ impl Config {
         range(
             "retained_max",
             self.retained_max as u64,
-            0,
+            // 0 would refuse every new transaction (nothing could be staged).
+            1,
             RETAINED_MAX_LIMIT,
+        )?;
+        range(
+            "retained_disk_max_bytes",
+            self.retained_disk_max_bytes,
+            0,
+            1 << 50,
         )?;
         Ok(())
     }
@@ -278,6 +297,7 @@ impl Config {
             checkpoint_interval_ms: defaults::CHECKPOINT_INTERVAL_MS,
             retention_ms: defaults::RETENTION_MS,
             retained_max: defaults::RETAINED_MAX,
+            retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
             fsync: true,
         }
     }

@@ -117,7 +117,7 @@ impl World {
         } else {
             1_000_000
         };
-        let coordinator = CoordinatorNode::new(
+        let mut coordinator = CoordinatorNode::new(
             CoordConfig {
                 retry_base_ms: 50,
                 retry_max_ms: 800,
@@ -125,6 +125,11 @@ impl World {
             },
             names.clone(),
         );
+        // The same runs keep almost nothing in the outcome index either (a tiny disk budget):
+        // forgotten ids meet retries and late messages.
+        if retained_max < 10 {
+            coordinator.index_max = retained_max;
+        }
         let part_config = PartConfig {
             in_doubt_after_ms: 300,
             decision_backoff_base_ms: 50,
@@ -510,6 +515,9 @@ impl World {
             ClientReply::Conflict { .. } if client.shared_id => return,
             ClientReply::Conflict { txid } => Err(format!("409 conflict for {txid}")),
             ClientReply::LogFailed { error } => Err(format!("log failed: {error}")),
+            // 503s: nothing was started; the client's timeout retries with the same id.
+            ClientReply::Busy { .. } | ClientReply::IndexUnavailable { .. } => return,
+            ClientReply::LookAgain => Err("an internal LookAgain reached the client".into()),
         };
         match outcome {
             Ok((gtid, outcome)) => {

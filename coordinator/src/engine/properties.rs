@@ -134,6 +134,8 @@ fn submit(waiter: u64, digest: u128) -> Event {
         participants: (0..3).map(|i| (name(i), json!({"i": i}))).collect(),
         timeout_ms: 100,
         now_ms: 1,
+        archived: None,
+        archive_generation: 0,
     }
 }
 
@@ -207,7 +209,12 @@ proptest! {
                     Command::AppendLazy(_)
                     | Command::ArmPrepareDeadline { .. }
                     | Command::ArmRetry { .. }
+                    | Command::Archive(_)
                     | Command::Reply { reply: Reply::LogFailed { .. }, .. } => {}
+                    Command::Reply {
+                        reply: Reply::LookAgain | Reply::Busy { .. } | Reply::IndexUnavailable { .. },
+                        ..
+                    } => prop_assert!(false, "no archiver in this model, nothing staged beyond the bound"),
                 }
             }
         }
@@ -294,7 +301,13 @@ impl History {
     /// Steps the engine, logging what it appends; forced decisions become durable at once.
     fn apply(&mut self, event: Event) -> Result<(), TestCaseError> {
         let mut queue = VecDeque::from([event]);
-        while let Some(event) = queue.pop_front() {
+        while let Some(mut event) = queue.pop_front() {
+            if let Event::Submit {
+                archive_generation, ..
+            } = &mut event
+            {
+                *archive_generation = self.engine.archive_generation();
+            }
             let submitted = match &event {
                 Event::Submit { txid, .. } => Some(txid.clone()),
                 _ => None,
@@ -331,6 +344,11 @@ impl History {
                     | Command::SendDecision { .. }
                     | Command::ArmRetry { .. }
                     | Command::Reply { .. } => {}
+                    // An index that forgets at once (a zero window): every outcome leaves
+                    // staging as soon as it is "archived", so ids are forgotten and reused.
+                    Command::Archive(retained) => queue.push_back(Event::Archived {
+                        archived: vec![(retained.decision.txid, retained.decision.attempt.gtid)],
+                    }),
                 }
             }
             prop_assert!(
@@ -454,6 +472,8 @@ proptest! {
                     participants: vec![(name(0), json!({"t": t}))],
                     timeout_ms: 100,
                     now_ms: 1,
+                    archived: None,
+                    archive_generation: 0,
                 })?,
                 Op::Vote(t, yes) => history.apply(Event::VoteReceived {
                     txid: client_id(t),
