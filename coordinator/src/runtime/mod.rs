@@ -161,6 +161,8 @@ impl Core {
     /// engine tell (`Reply::LookAgain`) when an outcome may have left staging after the lookup
     /// missed it, and then it is simply done again.
     pub async fn submit(self: &Arc<Self>, tx: NewTransaction) -> Option<Reply> {
+        // Moved into the event once; kept while a stale lookup has to be done again.
+        let mut participants = Some(tx.participants);
         loop {
             let generation = self.archive_generation.load(Ordering::Acquire);
             let now = now_ms();
@@ -179,21 +181,37 @@ impl Core {
             let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
             let (sender, receiver) = oneshot::channel();
             self.lock_waiters().insert(waiter, sender);
-            self.apply(Event::Submit {
-                waiter,
-                wait: tx.wait,
-                txid: tx.txid.clone(),
-                digest: tx.digest,
-                participants: tx.participants.clone(),
-                timeout_ms: tx.timeout_ms,
-                now_ms: now,
-                archived,
-                archive_generation: generation,
+            let mut stale = false;
+            self.apply_with(|engine| {
+                // The engine would answer `LookAgain` to a stale lookup; checking here, under
+                // the same lock, keeps the payloads for the next try instead of cloning them.
+                if engine.archive_generation() != generation {
+                    stale = true;
+                    return Vec::new();
+                }
+                engine.step(Event::Submit {
+                    waiter,
+                    wait: tx.wait,
+                    txid: tx.txid.clone(),
+                    digest: tx.digest,
+                    participants: participants.take().unwrap_or_default(),
+                    timeout_ms: tx.timeout_ms,
+                    now_ms: now,
+                    archived,
+                    archive_generation: generation,
+                })
             });
-            match receiver.await.ok()? {
-                Reply::LookAgain => continue,
-                reply => return Some(reply),
+            if stale {
+                self.lock_waiters().remove(&waiter);
+                continue;
             }
+            return match receiver.await.ok()? {
+                // Cannot happen after the check above; an answer all the same.
+                Reply::LookAgain => Some(Reply::IndexUnavailable {
+                    error: "the outcome lookup raced with the archiver".to_string(),
+                }),
+                reply => Some(reply),
+            };
         }
     }
 
