@@ -46,6 +46,11 @@ impl Node {
         node
     }
 
+    /// The running process's id (for reading its `/proc` entries), if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn spec(&self) -> &NodeSpec {
         &self.spec
     }
