@@ -31,6 +31,11 @@ const META_EVICTED_EARLY: &str = "evicted_early_total";
 /// `ended_at_ms` of the newest outcome the budget evicted while it was still in its window.
 const META_LAST_EARLY: &str = "last_early_evicted_ended_at_ms";
 
+/// redb's page cache. Its default (1 GiB) would let the coordinator's memory grow with the
+/// index, undoing the point of keeping outcomes on disk; lookups are by id, mostly of
+/// recent outcomes, whose pages stay cached in this much.
+const CACHE_BYTES: usize = 32 << 20;
+
 /// Most entries one expiry transaction deletes, so a sweep after a long pause never builds a
 /// huge write transaction; the next sweep goes on.
 const EXPIRE_BATCH: usize = 10_000;
@@ -147,10 +152,13 @@ impl OutcomeStore {
     /// Opens (or creates) the index at `path`. A file that cannot be opened (corrupt, or held
     /// by another process) is an error: moving it aside would forget idempotency records.
     pub fn open(path: &Path, max_bytes: u64) -> Result<OutcomeStore, OutcomeError> {
-        let db = Database::create(path).map_err(|source| OutcomeError::Open {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|source| OutcomeError::Open {
+                path: path.to_path_buf(),
+                source: Box::new(source),
+            })?;
         let store = OutcomeStore {
             db,
             path: path.to_path_buf(),
