@@ -139,11 +139,31 @@ async fn an_id_is_remembered_across_hundreds_of_thousands_of_transactions_in_fla
             }
         }));
     }
+    // VmRSS as the load goes, to tell a plateau (caches, allocator) from growth per
+    // transaction.
+    let sampler = {
+        let next = Arc::clone(&next);
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut quarter = 1;
+            while quarter <= 3 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if next.load(Ordering::Relaxed) >= txs * quarter / 4 {
+                    samples.push((txs * quarter / 4, rss_kib(pid)));
+                    quarter += 1;
+                }
+            }
+            samples
+        })
+    };
     for worker in workers {
         worker.await.unwrap();
     }
     let elapsed = started.elapsed();
     let rss_after = rss_kib(pid);
+    for (done, rss) in sampler.await.unwrap() {
+        println!("coordinator VmRSS after {done} transactions: {rss} KiB");
+    }
     println!(
         "{txs} transactions in {elapsed:.1?} ({:.0}/s); coordinator VmRSS before {rss_before} KiB, \
          after {rss_after} KiB",
