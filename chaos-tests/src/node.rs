@@ -46,6 +46,11 @@ impl Node {
         node
     }
 
+    /// The running process's id (for reading its `/proc` entries), if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn spec(&self) -> &NodeSpec {
         &self.spec
     }
@@ -57,11 +62,6 @@ impl Node {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.spec.addr)
-    }
-
-    /// The running process's id.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
     }
 
     /// The process's resident memory in KiB (`VmRSS` in /proc), if it runs and Linux says.

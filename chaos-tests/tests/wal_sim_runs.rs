@@ -246,11 +246,17 @@ impl Coordinator {
                     }
                     CReply::Conflict { .. }
                     | CReply::LogFailed { .. }
-                    | CReply::Overloaded { .. } => {
+                    | CReply::Overloaded { .. }
+                    | CReply::LookAgain
+                    | CReply::Busy { .. }
+                    | CReply::IndexUnavailable { .. } => {
                         panic!("unexpected reply {reply:?}")
                     }
                 },
-                CCommand::SendPrepare { .. } | CCommand::ArmPrepareDeadline { .. } => {}
+                // This model has no outcome index: ended outcomes stay staged.
+                CCommand::SendPrepare { .. }
+                | CCommand::ArmPrepareDeadline { .. }
+                | CCommand::Archive(_) => {}
             }
         }
         for event in follow {
@@ -281,6 +287,8 @@ impl Coordinator {
                 .collect(),
             timeout_ms: 100,
             now_ms: 1,
+            archived: None,
+            archive_generation: 0,
         });
         self.execute(wal, ledger, rng, commands)?;
         for name in parts {

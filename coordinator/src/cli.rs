@@ -42,7 +42,8 @@ pub struct Args {
     /// How long ended transactions' outcomes are kept for retries [default: 86400000 = 24 h].
     #[arg(long, value_name = "MS")]
     pub retention_ms: Option<u64>,
-    /// Most ended outcomes kept, the oldest dropped first [default: 100000].
+    /// Most ended outcomes staged in memory before the outcome index holds them; beyond it
+    /// new transactions get 503 until the archiver catches up [default: 100000].
     #[arg(long, value_name = "N")]
     pub retained_max: Option<usize>,
     /// Admission control: most transactions in phase one per participant; past it new ones
@@ -59,6 +60,10 @@ pub struct Args {
     /// Retry-After of a 503 overloaded, rounded up to whole seconds [default: 1000].
     #[arg(long, value_name = "MS")]
     pub overload_retry_after_ms: Option<u64>,
+    /// Disk budget of the outcome index (<data-dir>/outcomes.redb) in logical bytes; the
+    /// oldest outcomes go first beyond it [default: 1073741824 = 1 GiB].
+    #[arg(long, value_name = "BYTES")]
+    pub retained_disk_max_bytes: Option<u64>,
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -90,6 +95,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         max_pending_acks_per_participant: args.max_pending_acks_per_participant,
         max_waiters_per_transaction: args.max_waiters_per_transaction,
         overload_retry_after_ms: args.overload_retry_after_ms,
+        retained_disk_max_bytes: args.retained_disk_max_bytes,
     };
     let mut config = base.overlay(flags).into_config()?;
     if unsafe_no_fsync {

@@ -35,6 +35,9 @@ pub mod defaults {
     pub const MAX_WAITERS_PER_TRANSACTION: u64 = 16;
     /// `Retry-After` of a 503 `overloaded`.
     pub const OVERLOAD_RETRY_AFTER_MS: u64 = 1_000;
+    /// 1 GiB of logical bytes in the outcome index (~400 bytes an outcome with two
+    /// participants: about 2.5 million outcomes, a day at ~30 transactions a second).
+    pub const RETAINED_DISK_MAX_BYTES: u64 = 1 << 30;
 }
 
 /// A checked configuration.
@@ -59,7 +62,8 @@ pub struct Config {
     pub checkpoint_interval_ms: u64,
     /// How long ended transactions' outcomes are kept (idempotent retries, decision queries).
     pub retention_ms: u64,
-    /// Most ended transactions' outcomes kept; the oldest go first.
+    /// Most ended outcomes staged in memory before the outcome index holds them; beyond it
+    /// new transactions get 503 until the archiver catches up.
     pub retained_max: usize,
     /// Admission control (docs/operations.md, "Admission control"): past any of these, new
     /// transactions naming that participant get 503 `overloaded` with `Retry-After`.
@@ -68,6 +72,9 @@ pub struct Config {
     /// Requests that may wait on one transaction; one more gets 503 `overloaded`.
     pub max_waiters_per_transaction: u64,
     pub overload_retry_after_ms: u64,
+    /// Disk budget of the outcome index in logical bytes (keys and values stored); beyond it
+    /// the oldest outcomes go first, even inside the retention window.
+    pub retained_disk_max_bytes: u64,
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
@@ -131,6 +138,7 @@ pub struct FileConfig {
     pub max_pending_acks_per_participant: Option<u64>,
     pub max_waiters_per_transaction: Option<u64>,
     pub overload_retry_after_ms: Option<u64>,
+    pub retained_disk_max_bytes: Option<u64>,
 }
 
 impl FileConfig {
@@ -164,7 +172,8 @@ impl FileConfig {
             max_live_per_participant,
             max_pending_acks_per_participant,
             max_waiters_per_transaction,
-            overload_retry_after_ms
+            overload_retry_after_ms,
+            retained_disk_max_bytes
         );
         self.participants.extend(over.participants);
         self
@@ -216,6 +225,9 @@ impl FileConfig {
             overload_retry_after_ms: self
                 .overload_retry_after_ms
                 .unwrap_or(defaults::OVERLOAD_RETRY_AFTER_MS),
+            retained_disk_max_bytes: self
+                .retained_disk_max_bytes
+                .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
             fsync: true,
         };
         config.validate()?;
@@ -297,7 +309,8 @@ impl Config {
         range(
             "retained_max",
             self.retained_max as u64,
-            0,
+            // 0 would refuse every new transaction (nothing could be staged).
+            1,
             RETAINED_MAX_LIMIT,
         )?;
         range(
@@ -323,6 +336,12 @@ impl Config {
             self.overload_retry_after_ms,
             1,
             3_600_000,
+        )?;
+        range(
+            "retained_disk_max_bytes",
+            self.retained_disk_max_bytes,
+            0,
+            1 << 50,
         )?;
         Ok(())
     }
@@ -354,6 +373,7 @@ impl Config {
             max_pending_acks_per_participant: defaults::MAX_PENDING_ACKS_PER_PARTICIPANT,
             max_waiters_per_transaction: defaults::MAX_WAITERS_PER_TRANSACTION,
             overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
+            retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
             fsync: true,
         }
     }

@@ -23,6 +23,7 @@ pub mod digest;
 pub mod engine;
 pub mod http_client;
 pub mod metrics;
+pub mod outcomes;
 pub mod records;
 pub mod runtime;
 pub mod server;

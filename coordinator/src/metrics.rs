@@ -85,6 +85,12 @@ pub struct Metrics {
     pub overloaded: AtomicU64,
     /// Aborts sent once, untracked, to participants that did not vote yes.
     pub untracked_aborts: AtomicU64,
+    /// Outcomes written to the outcome index.
+    pub archived: AtomicU64,
+    /// Outcome index write transactions that failed (their outcomes stayed staged).
+    pub archive_failures: AtomicU64,
+    /// Outcome index lookups that failed (the request got 503).
+    pub index_read_failures: AtomicU64,
 }
 
 /// One participant's share of the coordinator's work, for the per-participant gauges.
@@ -107,6 +113,10 @@ pub struct Sampled {
     pub wal_fsyncs: u64,
     /// Records appended since start.
     pub wal_records: u64,
+    /// The outcome index's numbers, when it could be read.
+    pub index: Option<crate::outcomes::IndexStats>,
+    /// The configured retention window (for the effective window when the index is unread).
+    pub retention_ms: u64,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
@@ -172,7 +182,7 @@ impl Metrics {
         let name = "twopc_coordinator_transactions";
         let _ = writeln!(
             out,
-            "# HELP {name} Transactions known now, by state (retained = ended, kept for idempotency).\n# TYPE {name} gauge"
+            "# HELP {name} Transactions known now, by state (retained = ended, staged in memory until the outcome index holds it).\n# TYPE {name} gauge"
         );
         let g = sampled.gauges;
         for (state, value) in [
@@ -283,6 +293,53 @@ impl Metrics {
             "This incarnation's epoch.",
             sampled.epoch,
         );
+        let index = sampled.index.unwrap_or_default();
+        gauge(
+            &mut out,
+            "twopc_coordinator_retained_disk_bytes",
+            "Logical bytes of ended outcomes in the outcome index (what the disk budget counts).",
+            index.logical_bytes,
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_retained_indexed",
+            "Ended outcomes in the outcome index.",
+            index.entries,
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_retained_effective_window_ms",
+            "How long ended outcomes are really kept: the configured window, or the age of the \
+             oldest one kept when the disk budget evicted some inside it.",
+            match sampled.index {
+                Some(index) => index.effective_window_ms,
+                None => sampled.retention_ms,
+            },
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_retained_evicted_early_total",
+            "Ended outcomes the disk budget evicted while still inside the retention window.",
+            index.evicted_early_total,
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_archived_total",
+            "Ended outcomes written to the outcome index since start.",
+            self.archived.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_archive_failures_total",
+            "Outcome index writes that failed (the outcomes stayed staged and were retried).",
+            self.archive_failures.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_index_read_failures_total",
+            "Outcome index lookups that failed (the request was answered 503).",
+            self.index_read_failures.load(Ordering::Relaxed),
+        );
         out
     }
 }
@@ -321,6 +378,10 @@ mod tests {
             "twopc_coordinator_log_bytes 42",
             "twopc_coordinator_recovered_transactions 0",
             "twopc_wal_fsyncs_total 0",
+            "twopc_coordinator_retained_disk_bytes 0",
+            "twopc_coordinator_retained_effective_window_ms 0",
+            "twopc_coordinator_retained_evicted_early_total 0",
+            "twopc_coordinator_archive_failures_total 0",
         ] {
             assert!(out.contains(needle), "{needle} missing in\n{out}");
         }

@@ -231,6 +231,9 @@ pub struct ParticipantStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransactionList {
     pub transactions: Vec<TransactionStatus>,
+    /// Pass as `after=` for the next page of ended transactions; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 #[cfg(test)]

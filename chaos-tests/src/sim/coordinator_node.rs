@@ -9,12 +9,19 @@
 //! `stale_epoch` / `incarnation_conflict` that proves the log is behind stops new work, as
 //! `Core::note_behind` does. An operator may stop it, copy its disk, and later put the copy
 //! back (`backup`, `restore`).
+//!
+//! The outcome index is modelled too: `Command::Archive` outcomes wait in an unsynced batch
+//! that the next disk sync commits to a durable map (a crash loses the batch, never the map),
+//! then `Event::Archived` is stepped, as the archiver does. A backup copies the map with the
+//! log and a restore puts both back. Its disk budget is `index_max` outcomes (the oldest go
+//! first), tiny in some runs so that ids are forgotten and reused. Submits look the id up in
+//! the map first, as `Core::submit` does.
 
 use std::collections::BTreeMap;
 
 use coordinator::digest::Digest;
 use coordinator::engine::{Command, Engine, EngineConfig, Event, WaitFor, WaiterId};
-use coordinator::records::{EpochRecord, LogRecord, Snapshot};
+use coordinator::records::{EpochRecord, LogRecord, Retained, Snapshot};
 use protocol::{
     CoordinatorId, Decision, DecisionQueryResponse, DecisionRequest, DecisionStatus, Epoch,
     ErrorCode, GlobalTxId, ParticipantName, PrepareRequest, TxId, Vote, VoteKind,
@@ -60,6 +67,17 @@ pub struct CoordinatorNode {
     /// after a restore.
     pub crashes: u64,
     pub restores: u64,
+    /// The outcome index: durable, survives crashes; at most `index_max` outcomes.
+    pub index: BTreeMap<TxId, Retained>,
+    pub index_max: usize,
+    /// Archive outcomes not yet committed to the index (lost in a crash).
+    archive_batch: Vec<Retained>,
+    backup_index: Option<BTreeMap<TxId, Retained>>,
+    /// Every outcome the engine staged and that was not superseded or evicted since: each must
+    /// be live or staged in the engine, or durable in the index, at every step.
+    must_hold: BTreeMap<TxId, GlobalTxId>,
+    /// The first broken promise about ended outcomes (staging or idempotency), if any.
+    pub outcome_violation: Option<String>,
 }
 
 impl CoordinatorNode {
@@ -83,6 +101,87 @@ impl CoordinatorNode {
             flipped: None,
             crashes: 0,
             restores: 0,
+            index: BTreeMap::new(),
+            index_max: usize::MAX,
+            archive_batch: Vec::new(),
+            backup_index: None,
+            must_hold: BTreeMap::new(),
+            outcome_violation: None,
+        }
+    }
+
+    /// Commits the archive batch to the index (one durable write), evicting the oldest beyond
+    /// `index_max`, then tells the engine, as the archiver does after its commit.
+    fn commit_archive(&mut self, io: &mut Io) {
+        if self.archive_batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.archive_batch);
+        let mut archived = Vec::new();
+        for retained in batch {
+            let txid = retained.decision.txid.clone();
+            archived.push((txid.clone(), retained.decision.attempt.gtid.clone()));
+            // Newer wins, as in the real index.
+            if self
+                .index
+                .get(&txid)
+                .is_some_and(|old| old.ended_at_ms > retained.ended_at_ms)
+            {
+                continue;
+            }
+            self.index.insert(txid, retained);
+        }
+        while self.index.len() > self.index_max {
+            let Some(oldest) = self
+                .index
+                .values()
+                .min_by_key(|r| (r.ended_at_ms, r.decision.attempt.position))
+                .map(|r| r.decision.txid.clone())
+            else {
+                break;
+            };
+            if let Some(gone) = self.index.remove(&oldest)
+                && self.must_hold.get(&oldest) == Some(&gone.decision.attempt.gtid)
+            {
+                // Evicted by the budget: forgetting it is allowed.
+                self.must_hold.remove(&oldest);
+            }
+        }
+        io.note(|| format!("coordinator archives {} outcomes", archived.len()));
+        if !archived.is_empty() {
+            self.step(io, Event::Archived { archived });
+        }
+    }
+
+    /// Every staged outcome is still live or staged in the engine, or durable in the index.
+    fn check_outcomes_held(&mut self) {
+        let Some(engine) = &self.engine else {
+            return;
+        };
+        let mut superseded = Vec::new();
+        for (txid, gtid) in &self.must_hold {
+            let in_engine = engine.status(txid).map(|s| s.gtid);
+            let in_index = self
+                .index
+                .get(txid)
+                .map(|r| r.decision.attempt.gtid.clone());
+            if in_engine.as_ref() == Some(gtid) || in_index.as_ref() == Some(gtid) {
+                continue;
+            }
+            if in_engine.is_some() {
+                // A newer attempt of the id is live: the old outcome was superseded.
+                superseded.push(txid.clone());
+                continue;
+            }
+            if self.outcome_violation.is_none() {
+                self.outcome_violation = Some(format!(
+                    "the outcome of {gtid} ({txid}) left staging before it was durable in the \
+                     outcome index (index has {in_index:?})"
+                ));
+            }
+        }
+        for txid in superseded {
+            self.must_hold.remove(&txid);
         }
     }
 
@@ -178,6 +277,9 @@ impl CoordinatorNode {
         });
         self.identity = Some(identity.clone());
         self.engine = Some(replayed.engine);
+        // What replay rebuilt (snapshot and End records) plus the index must hold every
+        // outcome that ended before the crash.
+        self.check_outcomes_held();
         self.step(
             io,
             Event::RecoveryDone {
@@ -201,6 +303,8 @@ impl CoordinatorNode {
         self.waiters.clear();
         self.decision_waits.clear();
         self.sync_scheduled = false;
+        // An uncommitted archive batch dies with the process.
+        self.archive_batch.clear();
     }
 
     /// A clean stop (the log is closed: everything written becomes durable), then a copy of
@@ -212,6 +316,7 @@ impl CoordinatorNode {
             self.stop();
         }
         self.backup = Some(self.disk.clone());
+        self.backup_index = Some(self.index.clone());
     }
 
     /// Stops (however it was running) and puts the operator's copy back; `false` when there is
@@ -222,6 +327,10 @@ impl CoordinatorNode {
         };
         self.stop();
         self.disk = backup;
+        self.index = self.backup_index.clone().unwrap_or_default();
+        // Outcomes after the backup are gone with the log that held them (the restore
+        // procedure's known loss); the promise starts again from what was restored.
+        self.must_hold.clear();
         self.restores += 1;
         true
     }
@@ -245,6 +354,7 @@ impl CoordinatorNode {
         let newly = self.disk.sync();
         self.note_durable(&newly);
         self.resolve_durable(io);
+        self.commit_archive(io);
     }
 
     fn resolve_durable(&mut self, io: &mut Io) {
@@ -268,7 +378,27 @@ impl CoordinatorNode {
         let waiter = self.next_waiter;
         self.next_waiter += 1;
         self.waiters.insert(waiter, (order, attempt));
-        self.step(
+        let Some(engine) = &self.engine else {
+            return;
+        };
+        // What a retry must be answered from: staged in the engine, or in the index.
+        let recorded = engine
+            .status(&tx.txid)
+            .filter(|s| s.ended_at_ms.is_some())
+            .map(|s| s.gtid)
+            .or_else(|| {
+                self.index
+                    .get(&tx.txid)
+                    .map(|r| r.decision.attempt.gtid.clone())
+            });
+        let recorded_digest = self
+            .index
+            .get(&tx.txid)
+            .map(|r| r.decision.digest)
+            .filter(|_| recorded.is_some());
+        let archived = self.index.get(&tx.txid).cloned();
+        let archive_generation = engine.archive_generation();
+        let commands = self.step_collect(
             io,
             Event::Submit {
                 waiter,
@@ -278,8 +408,40 @@ impl CoordinatorNode {
                 participants: tx.participants.clone(),
                 timeout_ms: tx.timeout_ms,
                 now_ms: io.now_ms,
+                archived,
+                archive_generation,
             },
         );
+        if let Some(gtid) = recorded {
+            for command in &commands {
+                let broken = match command {
+                    Command::SendPrepare { attempt, .. } => Some(format!(
+                        "a retry of {} started attempt {} though outcome {gtid} is recorded",
+                        tx.txid, attempt.gtid
+                    )),
+                    Command::Reply {
+                        reply: coordinator::engine::Reply::Outcome(response),
+                        ..
+                    } if response.gtid != gtid => Some(format!(
+                        "a retry of {} was answered from {} though outcome {gtid} is recorded",
+                        tx.txid, response.gtid
+                    )),
+                    Command::Reply {
+                        reply: coordinator::engine::Reply::Conflict { .. },
+                        ..
+                    } if recorded_digest == Some(tx.digest) => Some(format!(
+                        "a same-body retry of {} got a conflict; outcome {gtid} is recorded",
+                        tx.txid
+                    )),
+                    _ => None,
+                };
+                if let Some(broken) = broken
+                    && self.outcome_violation.is_none()
+                {
+                    self.outcome_violation = Some(broken);
+                }
+            }
+        }
     }
 
     pub fn deliver(&mut self, io: &mut Io, body: Body) {
@@ -439,17 +601,24 @@ impl CoordinatorNode {
     /// Steps the engine and executes its commands in order, feeding back what completes at
     /// once.
     fn step(&mut self, io: &mut Io, event: Event) {
+        self.step_collect(io, event);
+    }
+
+    /// `step`, returning the commands it executed (for the submit checks).
+    fn step_collect(&mut self, io: &mut Io, event: Event) -> Vec<Command> {
         let Some(engine) = &mut self.engine else {
-            return;
+            return Vec::new();
         };
         let commands = engine.step(event);
         let mut durable_now = Vec::new();
-        for command in commands {
+        for command in commands.clone() {
             self.execute(io, command, &mut durable_now);
         }
+        self.check_outcomes_held();
         for txid in durable_now {
             self.step(io, Event::DecisionDurable { txid });
         }
+        commands
     }
 
     fn execute(&mut self, io: &mut Io, command: Command, durable_now: &mut Vec<TxId>) {
@@ -554,6 +723,14 @@ impl CoordinatorNode {
                 after_ms,
             } => {
                 self.timer_after(io, after_ms, Timer::RetryDue(txid, participant));
+            }
+            Command::Archive(retained) => {
+                self.must_hold.insert(
+                    retained.decision.txid.clone(),
+                    retained.decision.attempt.gtid.clone(),
+                );
+                self.archive_batch.push(retained);
+                self.schedule_sync(io);
             }
             Command::Reply { waiter, reply } => {
                 if let Some((order, attempt)) = self.waiters.remove(&waiter) {

@@ -22,6 +22,9 @@ impl World {
         if let Some(flip) = &self.coordinator.flipped {
             return Err(("agreement", flip.clone()));
         }
+        if let Some(broken) = &self.coordinator.outcome_violation {
+            return Err(("outcomes", broken.clone()));
+        }
         for p in &self.participants {
             if let Some(conflict) = &p.conflict {
                 return Err(("atomicity", conflict.clone()));

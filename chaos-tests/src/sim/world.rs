@@ -129,7 +129,7 @@ impl World {
         } else {
             coordinator::engine::Bounds::UNBOUNDED
         };
-        let coordinator = CoordinatorNode::new(
+        let mut coordinator = CoordinatorNode::new(
             CoordConfig {
                 retry_base_ms: 50,
                 retry_max_ms: 800,
@@ -138,6 +138,11 @@ impl World {
             },
             names.clone(),
         );
+        // The same runs keep almost nothing in the outcome index either (a tiny disk budget):
+        // forgotten ids meet retries and late messages.
+        if retained_max < 10 {
+            coordinator.index_max = retained_max;
+        }
         let part_config = PartConfig {
             in_doubt_after_ms: 300,
             decision_backoff_base_ms: 50,
@@ -529,6 +534,9 @@ impl World {
             ClientReply::LogFailed { error } => Err(format!("log failed: {error}")),
             // Admission control turned it away; nothing was begun, its timer tries again.
             ClientReply::Overloaded { .. } => return,
+            // 503s: nothing was started; the client's timeout retries with the same id.
+            ClientReply::Busy { .. } | ClientReply::IndexUnavailable { .. } => return,
+            ClientReply::LookAgain => Err("an internal LookAgain reached the client".into()),
         };
         match outcome {
             Ok((gtid, outcome)) => {

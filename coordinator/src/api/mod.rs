@@ -100,7 +100,24 @@ async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiE
     if let Some(evidence) = core.log_behind() {
         return Err(ApiError::log_behind(&evidence));
     }
-    Ok(axum::Json(serde_json::json!({"status": "ready"})))
+    // Detail only: a budget that shortens the window is an operator's choice to revisit, not
+    // a reason to take the coordinator out of rotation.
+    let configured_ms = core.config().retention_ms;
+    let retention = match core.index_stats() {
+        Ok(stats) => serde_json::json!({
+            "configured_ms": configured_ms,
+            "effective_ms": stats.effective_window_ms,
+            "evicted_early": stats.evicted_early_total,
+            "disk_bytes": stats.logical_bytes,
+        }),
+        Err(e) => serde_json::json!({
+            "configured_ms": configured_ms,
+            "error": e.to_string(),
+        }),
+    };
+    Ok(axum::Json(
+        serde_json::json!({"status": "ready", "retention": retention}),
+    ))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -120,6 +137,8 @@ async fn metrics(State(state): State<AppState>) -> Response {
                 gauges: core.gauges(),
                 wal_fsyncs: wal.fsyncs,
                 wal_records: wal.records_appended,
+                index: core.index_stats().ok(),
+                retention_ms: core.config().retention_ms,
             }
         }
         None => Sampled::default(),

@@ -25,13 +25,22 @@ async fn ready_app(
     participants: &[(&str, &str)],
     retained_max: usize,
 ) -> (Router, Arc<Core>, tempfile::TempDir) {
+    ready_app_with(participants, |config| config.retained_max = retained_max).await
+}
+
+/// A ready coordinator with `participants` (name, URL) and its configuration changed by
+/// `configure`.
+async fn ready_app_with(
+    participants: &[(&str, &str)],
+    configure: impl FnOnce(&mut Config),
+) -> (Router, Arc<Core>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let participants: BTreeMap<_, _> = participants
         .iter()
         .map(|(n, url)| (ParticipantName::new(*n).unwrap(), url.to_string()))
         .collect();
     let mut config = Config::for_tests(dir.path().to_path_buf(), participants);
-    config.retained_max = retained_max;
+    configure(&mut config);
     let metrics = Arc::new(Metrics::default());
     let state = AppState::new(Arc::clone(&metrics));
     let core = recover(&config, metrics).await.unwrap();
@@ -522,7 +531,18 @@ async fn reads_on_a_ready_coordinator() {
         (StatusCode::OK, json!({"transactions": []}))
     );
     let (status, body) = call(&app, "GET", "/readyz", None, vec![]).await;
-    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::OK,
+            json!({"status": "ready", "retention": {
+                "configured_ms": crate::config::defaults::RETENTION_MS,
+                "effective_ms": crate::config::defaults::RETENTION_MS,
+                "evicted_early": 0,
+                "disk_bytes": 0,
+            }})
+        )
+    );
     let (status, body) = call(&app, "GET", "/metrics", None, vec![]).await;
     assert_eq!(status, StatusCode::OK);
     let text = body.as_str().unwrap();
@@ -595,7 +615,8 @@ async fn a_failed_log_answers_log_failed_and_never_an_outcome() {
         "http://127.0.0.1:9".to_string(),
     )]
     .into();
-    let config = Config::for_tests(std::path::PathBuf::from("/sim/coordinator"), participants);
+    // The log is simulated; the outcome index is a real file.
+    let config = Config::for_tests(tempfile::tempdir().unwrap().keep(), participants);
     let metrics = Arc::new(Metrics::default());
     let state = AppState::new(Arc::clone(&metrics));
     let core = crate::runtime::recover_on(storage.clone(), &config, metrics)
@@ -676,7 +697,11 @@ async fn a_reused_id_is_a_new_attempt_and_its_first_attempt_hears_abort() {
     // attempt under a new gtid, and the first attempt's participants must hear abort (its
     // run is in the log, its position within it), never the second attempt's commit.
     let url = cooperative_participant().await;
-    let (app, core, _dir) = ready_app(&[("inventory", &url), ("payments", &url)], 1).await;
+    // Forgotten today means out of the window: a zero window forgets o-4 once it is archived.
+    let (app, core, _dir) = ready_app_with(&[("inventory", &url), ("payments", &url)], |c| {
+        c.retention_ms = 0
+    })
+    .await;
     let epoch = core.identity().epoch.0;
     let acked = "/v1/transactions?wait=acked";
     let (status, first) = call(&app, "POST", acked, JSON, post_body("o-4", two())).await;
@@ -688,8 +713,16 @@ async fn a_reused_id_is_a_new_attempt_and_its_first_attempt_hears_abort() {
     let first_gtid = first["gtid"].as_str().unwrap().to_string();
     let (status, got) = call(&app, "POST", acked, JSON, post_body("o-5", two())).await;
     assert_eq!(status, StatusCode::OK, "{got}");
-    let (status, _) = call(&app, "GET", "/v1/transactions/o-4", None, vec![]).await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "o-4 is forgotten");
+    let mut tries = 0;
+    loop {
+        let (status, _) = call(&app, "GET", "/v1/transactions/o-4", None, vec![]).await;
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 200, "o-4 is never forgotten: {status}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 
     let other = json!([{"name": "inventory", "payload": {"ops": [{"op": "put"}]}}]);
     let (status, second) = call(&app, "POST", acked, JSON, post_body("o-4", other)).await;
@@ -1002,4 +1035,91 @@ async fn past_a_participants_bound_new_work_on_it_gets_503_overloaded_with_retry
             .sum::<u64>(),
         0
     );
+}
+
+/// Waits until the archiver has moved every ended outcome out of staging into the index.
+async fn until_archived(core: &Core) {
+    for _ in 0..500 {
+        if core.gauges().retained == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("outcomes still staged: {:?}", core.gauges());
+}
+
+#[tokio::test]
+async fn a_retry_is_answered_from_the_index_once_the_outcome_left_memory() {
+    let url = cooperative_participant().await;
+    let (app, core, _dir) = ready_app(&[("inventory", &url), ("payments", &url)], 10).await;
+    let acked = "/v1/transactions?wait=acked";
+    let (status, first) = call(&app, "POST", acked, JSON, post_body("k-1", two())).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    for n in 2..=4 {
+        let (status, got) = call(
+            &app,
+            "POST",
+            acked,
+            JSON,
+            post_body(&format!("k-{n}"), two()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+    }
+    until_archived(&core).await;
+    // k-1 is in the index only: nothing is staged any more.
+    assert_eq!(core.gauges().retained, 0);
+
+    // Same body: the recorded outcome, no new attempt (same gtid, everyone acked).
+    let (status, again) = call(&app, "POST", acked, JSON, post_body("k-1", two())).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["gtid"], first["gtid"], "{again}");
+    assert_eq!(again["outcome"], "committed");
+    // Another body: 409, as for an outcome in memory.
+    let other = json!([{"name": "inventory", "payload": {"ops": [{"op": "put"}]}}]);
+    let (status, conflict) = call(&app, "POST", acked, JSON, post_body("k-1", other)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
+    assert_eq!(conflict["error"], "id_conflict");
+    // Status comes from the index too.
+    let (status, got) = call(&app, "GET", "/v1/transactions/k-1", None, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(got["state"], "committed");
+    assert!(got["ended_at_ms"].as_u64().is_some(), "{got}");
+
+    // Listing pages through the index, oldest ended first, with a cursor.
+    let (status, page) = call(
+        &app,
+        "GET",
+        "/v1/transactions?state=committed&limit=3",
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let ids = |page: &Value| -> Vec<String> {
+        page["transactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&page), ["k-1", "k-2", "k-3"]);
+    let next = page["next"]
+        .as_str()
+        .expect("more after this page")
+        .to_string();
+    let (status, rest) = call(
+        &app,
+        "GET",
+        &format!("/v1/transactions?state=committed&limit=3&after={next}"),
+        None,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{rest}");
+    assert_eq!(ids(&rest), ["k-4"]);
+    assert!(rest.get("next").is_none(), "the last page: {rest}");
+    let (status, bad) = call(&app, "GET", "/v1/transactions?after=nope", None, vec![]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
 }

@@ -160,6 +160,25 @@ pub async fn create(
                 core.config().overload_retry_after_ms,
             ))
         }
+        Reply::Busy { staged } => Err(ApiError::new(
+            ErrorCode::NotReady,
+            format!(
+                "the outcome archiver is behind ({staged} ended outcomes not yet in the index); \
+                 nothing was started, retry with the same id shortly"
+            ),
+        )),
+        Reply::IndexUnavailable { error } => Err(ApiError::new(
+            ErrorCode::NotReady,
+            format!(
+                "the outcome index cannot be read ({error}), so whether this id already has an \
+                 outcome is unknown; nothing was started, retry with the same id"
+            ),
+        )),
+        // `Core::submit` looks again on this one; it never reaches here.
+        Reply::LookAgain => Err(ApiError::new(
+            ErrorCode::Internal,
+            "the outcome lookup raced with the archiver; retry with the same id",
+        )),
     }
 }
 
@@ -170,7 +189,8 @@ pub async fn status(
 ) -> Result<Json<TransactionStatus>, ApiError> {
     let core = state.core()?;
     let txid = txid(path)?;
-    core.status(&txid).map(Json).ok_or_else(|| {
+    let status = core.status(&txid).map_err(index_unavailable)?;
+    status.map(Json).ok_or_else(|| {
         ApiError::new(
             ErrorCode::NotFound,
             format!(
@@ -180,7 +200,14 @@ pub async fn status(
     })
 }
 
-/// `GET /v1/transactions?state=...&limit=...`.
+fn index_unavailable(e: crate::outcomes::OutcomeError) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotReady,
+        format!("the outcome index cannot be read: {e}"),
+    )
+}
+
+/// `GET /v1/transactions?state=...&limit=...&after=...`.
 pub async fn list(
     State(state): State<AppState>,
     query: QueryPairs,
@@ -188,8 +215,16 @@ pub async fn list(
     let core = state.core()?;
     let mut wanted = None;
     let mut limit = LIST_LIMIT_DEFAULT;
+    let mut after = None;
     for (key, value) in query_pairs(query)? {
         match key.as_str() {
+            "after" => {
+                after = Some(
+                    value
+                        .parse::<crate::outcomes::Cursor>()
+                        .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e))?,
+                )
+            }
             "state" => {
                 wanted = Some(
                     value
@@ -214,13 +249,15 @@ pub async fn list(
             other => {
                 return Err(ApiError::new(
                     ErrorCode::InvalidQuery,
-                    format!("unknown query parameter {other:?}; expected state or limit"),
+                    format!("unknown query parameter {other:?}; expected state, limit or after"),
                 ));
             }
         }
     }
+    let (transactions, next) = core.list(wanted, limit, after).map_err(index_unavailable)?;
     Ok(Json(TransactionList {
-        transactions: core.list(wanted, limit),
+        transactions,
+        next: next.map(|c| c.to_string()),
     }))
 }
 

@@ -4,7 +4,7 @@
 use protocol::{Decision, GlobalTxId, ParticipantName, TransactionResponse, TxId, VoteKind};
 
 use crate::digest::Digest;
-use crate::records::{Attempt, DecisionRecord, EpochRecord, LogRecord};
+use crate::records::{Attempt, DecisionRecord, EpochRecord, LogRecord, Retained};
 
 /// Names a client request waiting for an answer; the runtime maps it to a channel.
 pub type WaiterId = u64;
@@ -30,6 +30,13 @@ pub enum Event {
         participants: Vec<(ParticipantName, serde_json::Value)>,
         timeout_ms: u64,
         now_ms: u64,
+        /// What the outcome index held for `txid` (inside the window), looked up by the
+        /// runtime before this event, outside the engine lock.
+        archived: Option<Retained>,
+        /// `Engine::archive_generation` as the runtime read it before that lookup: if an
+        /// `Archived` event came in between, an outcome may have left staging after the lookup
+        /// missed it, so the engine asks for the lookup again instead of starting an attempt.
+        archive_generation: u64,
     },
     /// A participant answered a prepare, or the runtime stands in for an answer that was not a
     /// vote (`Timeout` for no answer in time, `Error` for transport errors, non-200 or malformed).
@@ -69,6 +76,9 @@ pub enum Event {
     RecoveryDone { now_ms: u64, identity: EpochRecord },
     /// Forget ended outcomes older than the retention window.
     ExpireRetained { now_ms: u64, retention_ms: u64 },
+    /// These outcomes (id and attempt) are durable in the outcome index: they leave staging,
+    /// unless a newer outcome of the same id (another attempt) replaced them meanwhile.
+    Archived { archived: Vec<(TxId, GlobalTxId)> },
 }
 
 /// What the engine asks the runtime to do, in this order.
@@ -111,6 +121,9 @@ pub enum Command {
     },
     /// Answer a waiting client.
     Reply { waiter: WaiterId, reply: Reply },
+    /// Write this ended outcome to the outcome index; answer with `Archived` once the write is
+    /// durable (never before: until then staging is the only copy outside the log).
+    Archive(Retained),
 }
 
 /// The answer a waiting client gets.
@@ -131,6 +144,20 @@ pub enum Reply {
         participant: ParticipantName,
         message: String,
     },
+    /// Runtime-internal, never shown to a client: an outcome was archived between the
+    /// runtime's index lookup and this step; look the id up again and resubmit.
+    LookAgain,
+    /// The outcome archiver is behind by `staged` outcomes (at least `retained_max`): new
+    /// attempts wait until it catches up (503), so memory stays bounded and nothing that
+    /// ended is dropped before it is durable in the index.
+    Busy {
+        staged: usize,
+    },
+    /// Runtime-made: the outcome index could not be read, so whether this id already has an
+    /// outcome is unknown; nothing was started (503, retry with the same id).
+    IndexUnavailable {
+        error: String,
+    },
 }
 
 impl Event {
@@ -145,7 +172,9 @@ impl Event {
             | Event::Acked { txid, .. }
             | Event::DeliveryFailed { txid, .. }
             | Event::RetryDue { txid, .. } => Some(txid),
-            Event::RecoveryDone { .. } | Event::ExpireRetained { .. } => None,
+            Event::RecoveryDone { .. } | Event::ExpireRetained { .. } | Event::Archived { .. } => {
+                None
+            }
         }
     }
 }

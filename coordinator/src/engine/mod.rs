@@ -26,6 +26,8 @@ mod tests;
 mod tests_admission;
 #[cfg(test)]
 mod tests_attempts;
+#[cfg(test)]
+mod tests_staging;
 
 use std::collections::BTreeMap;
 
@@ -54,15 +56,17 @@ pub struct EngineConfig {
     pub retry_base_ms: u64,
     /// Cap on the phase-two retry delay.
     pub retry_max_ms: u64,
-    /// Most ended outcomes kept (the oldest go first), whatever the retention window.
+    /// Most ended outcomes staged (ended, not yet durable in the outcome index); beyond it
+    /// new attempts are refused (`Reply::Busy`) until the archiver catches up.
     pub retained_max: usize,
     /// Admission control: past these, new transactions naming that participant are refused
     /// (`Reply::Overloaded`), and a retry past the waiters bound too.
     pub bounds: Bounds,
 }
 
-/// Every transaction the coordinator knows: live ones, and ended ones kept for the retention
-/// window; and every run (incarnation) its log holds, with how far it holds each.
+/// Every transaction the coordinator knows: live ones, and ended ones not yet durable in the
+/// outcome index (staging; the index, outside the engine, holds the rest of the retention
+/// window); and every run (incarnation) its log holds, with how far it holds each.
 #[derive(Debug, Clone)]
 pub struct Engine {
     config: EngineConfig,
@@ -77,6 +81,8 @@ pub struct Engine {
     behind: Option<BehindRecord>,
     /// What each participant holds in `live`, kept in step with it by `step`.
     loads: Loads,
+    /// Counts `Archived` events: a submit whose index lookup predates one must look again.
+    archive_generation: u64,
 }
 
 impl Engine {
@@ -91,12 +97,13 @@ impl Engine {
         Engine {
             config,
             live: BTreeMap::new(),
-            retained: RetainedSet::new(config.retained_max),
+            retained: RetainedSet::new(),
             identity: None,
             next_position: 1,
             runs: BTreeMap::new(),
             behind: None,
             loads: Loads::default(),
+            archive_generation: 0,
         }
     }
 
@@ -116,6 +123,11 @@ impl Engine {
     /// Every participant holding anything here, with its load.
     pub fn loads(&self) -> impl Iterator<Item = (&ParticipantName, &Load)> {
         self.loads.iter()
+    }
+
+    /// How many `Archived` events this engine applied (see `Event::Submit`).
+    pub fn archive_generation(&self) -> u64 {
+        self.archive_generation
     }
 
     /// Why this log takes no new work, if participants proved it is behind.
@@ -202,7 +214,18 @@ impl Engine {
                 participants,
                 timeout_ms,
                 now_ms,
-            } => self.submit(waiter, wait, txid, digest, participants, timeout_ms, now_ms),
+                archived,
+                archive_generation,
+            } => self.submit(
+                waiter,
+                wait,
+                txid,
+                digest,
+                participants,
+                timeout_ms,
+                now_ms,
+                (archived, archive_generation),
+            ),
             Event::VoteReceived {
                 txid,
                 participant,
@@ -236,6 +259,13 @@ impl Engine {
                 self.retained.expire(now_ms, retention_ms);
                 Vec::new()
             }
+            Event::Archived { archived } => {
+                for (txid, gtid) in &archived {
+                    self.retained.remove_archived(txid, gtid);
+                }
+                self.archive_generation += 1;
+                Vec::new()
+            }
         }
     }
 
@@ -249,6 +279,7 @@ impl Engine {
         participants: Vec<(ParticipantName, serde_json::Value)>,
         timeout_ms: u64,
         now_ms: u64,
+        (archived, archive_generation): (Option<Retained>, u64),
     ) -> Vec<Command> {
         if let Some(retained) = self.retained.get(&txid) {
             let reply = if retained.decision.digest == digest {
@@ -299,6 +330,31 @@ impl Engine {
                     Vec::new()
                 }
             };
+        }
+        // Not live, not staged: the index's answer, if it had one, is the recorded outcome.
+        if let Some(retained) = archived.filter(|r| r.decision.txid == txid) {
+            let reply = if retained.decision.digest == digest {
+                Reply::Outcome(retained_response(&retained.decision))
+            } else {
+                Reply::Conflict { txid }
+            };
+            return vec![Command::Reply { waiter, reply }];
+        }
+        if archive_generation != self.archive_generation {
+            // Something left staging for the index since the runtime looked there: this id's
+            // outcome may be among it. Look again rather than start a second attempt.
+            return vec![Command::Reply {
+                waiter,
+                reply: Reply::LookAgain,
+            }];
+        }
+        if self.retained.len() >= self.config.retained_max {
+            return vec![Command::Reply {
+                waiter,
+                reply: Reply::Busy {
+                    staged: self.retained.len(),
+                },
+            }];
         }
         if let Some(overload) = self.loads.refusal(
             &self.config.bounds,
@@ -507,10 +563,14 @@ impl Engine {
                 reply: Reply::Outcome(answer.clone()),
             });
         }
-        self.retained.insert(Retained {
+        let retained = Retained {
             decision: tx.decision_record(decided),
             ended_at_ms: now_ms,
-        });
+        };
+        // Staged until the index holds it (`Archived`); the archive is the last command, after
+        // the End append, though nothing depends on that order.
+        commands.push(Command::Archive(retained.clone()));
+        self.retained.insert(retained);
         commands
     }
 
@@ -572,7 +632,14 @@ impl Engine {
     /// After replay: abort what was begun and never decided, resend what was decided and not
     /// acknowledged, end what was fully acknowledged.
     fn recovery_done(&mut self, now_ms: u64) -> Vec<Command> {
-        let mut commands = Vec::new();
+        // Everything staged (from the snapshot and the End records replayed) is archived
+        // again: some of it may be in the index already, and upserts make that harmless.
+        let mut commands: Vec<Command> = self
+            .retained
+            .iter()
+            .cloned()
+            .map(Command::Archive)
+            .collect();
         let ids: Vec<TxId> = self.live.keys().cloned().collect();
         for txid in ids {
             let Some(tx) = self.live.get_mut(&txid) else {

@@ -135,6 +135,8 @@ fn submit(waiter: u64, digest: u128) -> Event {
         participants: (0..3).map(|i| (name(i), json!({"i": i}))).collect(),
         timeout_ms: 100,
         now_ms: 1,
+        archived: None,
+        archive_generation: 0,
     }
 }
 
@@ -208,10 +210,15 @@ proptest! {
                     Command::AppendLazy(_)
                     | Command::ArmPrepareDeadline { .. }
                     | Command::ArmRetry { .. }
+                    | Command::Archive(_)
                     | Command::Reply { reply: Reply::LogFailed { .. }, .. } => {}
                     Command::Reply { reply: Reply::Overloaded { .. }, .. } => {
                         prop_assert!(false, "overloaded with no bounds set");
                     }
+                    Command::Reply {
+                        reply: Reply::LookAgain | Reply::Busy { .. } | Reply::IndexUnavailable { .. },
+                        ..
+                    } => prop_assert!(false, "no archiver in this model, nothing staged beyond the bound"),
                 }
             }
         }
@@ -299,7 +306,13 @@ impl History {
     /// Steps the engine, logging what it appends; forced decisions become durable at once.
     fn apply(&mut self, event: Event) -> Result<(), TestCaseError> {
         let mut queue = VecDeque::from([event]);
-        while let Some(event) = queue.pop_front() {
+        while let Some(mut event) = queue.pop_front() {
+            if let Event::Submit {
+                archive_generation, ..
+            } = &mut event
+            {
+                *archive_generation = self.engine.archive_generation();
+            }
             prop_assert!(
                 self.engine.loads_mirror_the_table(),
                 "admission load counts drifted from the table"
@@ -355,6 +368,11 @@ impl History {
                     | Command::SendDecision { .. }
                     | Command::ArmRetry { .. }
                     | Command::Reply { .. } => {}
+                    // An index that forgets at once (a zero window): every outcome leaves
+                    // staging as soon as it is "archived", so ids are forgotten and reused.
+                    Command::Archive(retained) => queue.push_back(Event::Archived {
+                        archived: vec![(retained.decision.txid, retained.decision.attempt.gtid)],
+                    }),
                 }
             }
             prop_assert!(
@@ -479,6 +497,8 @@ proptest! {
                     participants: vec![(name(0), json!({"t": t}))],
                     timeout_ms: 100,
                     now_ms: 1,
+                    archived: None,
+                    archive_generation: 0,
                 })?,
                 Op::Vote(t, yes) => history.apply(Event::VoteReceived {
                     txid: client_id(t),

@@ -1,6 +1,8 @@
-//! Ended transactions' outcomes, kept for idempotent retries and decision queries: for the
-//! retention window, and at most `max` of them (the oldest go first), so memory and snapshot
-//! size stay bounded whatever the throughput.
+//! Staging: ended transactions' outcomes that are not yet durable in the outcome index. They
+//! answer idempotent retries and decision queries until the index does, and they are what the
+//! checkpoint snapshot keeps of ended transactions (an outcome leaves staging only once the
+//! index holds it, so a checkpoint never drops the only copy). Its size is the archiver's lag;
+//! the engine refuses new attempts beyond `retained_max` rather than dropping any.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -26,15 +28,11 @@ pub struct RetainedSet {
     /// Sum of the encodings' lengths, to size the snapshot buffer once.
     json_bytes: usize,
     next: u64,
-    max: usize,
 }
 
 impl RetainedSet {
-    pub fn new(max: usize) -> RetainedSet {
-        RetainedSet {
-            max,
-            ..RetainedSet::default()
-        }
+    pub fn new() -> RetainedSet {
+        RetainedSet::default()
     }
 
     pub fn get(&self, txid: &TxId) -> Option<&Retained> {
@@ -52,7 +50,26 @@ impl RetainedSet {
         }
     }
 
-    /// Adds an outcome (the newest), dropping the oldest beyond `max`.
+    /// Forgets `txid`'s outcome if it is the one of attempt `gtid` (the index holds it now); a
+    /// newer outcome of the same id stays.
+    pub fn remove_archived(&mut self, txid: &TxId, gtid: &protocol::GlobalTxId) {
+        if self
+            .map
+            .get(txid)
+            .is_some_and(|e| &e.retained.decision.attempt.gtid == gtid)
+        {
+            self.remove(txid);
+        }
+        // Keep `order` from growing with stale entries: drop those at its front.
+        while let Some((front, number)) = self.order.front() {
+            if self.map.get(front).is_some_and(|e| e.number == *number) {
+                break;
+            }
+            self.order.pop_front();
+        }
+    }
+
+    /// Adds an outcome (the newest); it stays until archived or expired.
     pub fn insert(&mut self, retained: Retained) {
         let txid = retained.decision.txid.clone();
         let number = self.next;
@@ -70,11 +87,6 @@ impl RetainedSet {
             self.json_bytes -= old.json.len();
         }
         self.order.push_back((txid, number));
-        while self.map.len() > self.max {
-            if !self.pop_oldest() {
-                break;
-            }
-        }
     }
 
     fn pop_oldest(&mut self) -> bool {
@@ -161,18 +173,33 @@ mod tests {
     }
 
     #[test]
-    fn keeps_at_most_max_dropping_the_oldest() {
-        let mut set = RetainedSet::new(2);
+    fn archived_entries_leave_but_a_newer_outcome_of_the_id_stays() {
+        let mut set = RetainedSet::new();
         for (i, id) in ["a", "b", "c"].iter().enumerate() {
             set.insert(ended(id, i as u64));
         }
-        assert_eq!(ids(&set), ["b", "c"]);
-        assert!(set.get(&TxId::new("a").unwrap()).is_none());
+        let gtid_of = |set: &RetainedSet, id: &str| {
+            set.get(&TxId::new(id).unwrap())
+                .unwrap()
+                .decision
+                .attempt
+                .gtid
+                .clone()
+        };
+        let old_b = gtid_of(&set, "b");
+        // "b" ends again (another attempt) before the first archive of "b" is durable.
+        set.insert(ended("b", 10));
+        set.remove_archived(&TxId::new("b").unwrap(), &old_b);
+        assert_eq!(set.get(&TxId::new("b").unwrap()).unwrap().ended_at_ms, 10);
+        let a = gtid_of(&set, "a");
+        set.remove_archived(&TxId::new("a").unwrap(), &a);
+        assert_eq!(ids(&set), ["c", "b"]);
+        assert_eq!(set.order.len(), 2, "stale front entries are dropped");
     }
 
     #[test]
     fn expires_by_end_time_and_survives_id_reuse() {
-        let mut set = RetainedSet::new(10);
+        let mut set = RetainedSet::new();
         set.insert(ended("a", 10));
         set.insert(ended("b", 20));
         // "a" ends again later (a new transaction with the same id after it was forgotten).

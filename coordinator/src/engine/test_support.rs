@@ -29,3 +29,19 @@ pub fn run(incarnation: Incarnation, epoch: u64) -> EpochRecord {
 pub fn attempt(incarnation: Incarnation, position: u64) -> Attempt {
     Attempt::new(&coordinator(), incarnation, position)
 }
+
+/// Splits off the outcomes staged for the index (`Command::Archive`), so a test can compare
+/// the rest and check the archives on their own.
+pub fn split_archives(
+    commands: Vec<crate::engine::Command>,
+) -> (Vec<crate::records::Retained>, Vec<crate::engine::Command>) {
+    let mut archives = Vec::new();
+    let mut rest = Vec::new();
+    for command in commands {
+        match command {
+            crate::engine::Command::Archive(retained) => archives.push(retained),
+            other => rest.push(other),
+        }
+    }
+    (archives, rest)
+}

@@ -9,7 +9,7 @@ use protocol::{
 };
 use serde_json::json;
 
-use super::test_support::{coordinator, id, name, run};
+use super::test_support::{coordinator, id, name, run, split_archives};
 use super::*;
 use crate::digest::Digest;
 use crate::records::{Attempt, BeginRecord, DecisionRecord, EndRecord, EpochRecord};
@@ -70,6 +70,8 @@ fn submit_as(waiter: WaiterId, wait: WaitFor, digest: u128) -> Event {
         participants: vec![(name("a"), json!({"pa": 1})), (name("b"), json!({"pb": 2}))],
         timeout_ms: 500,
         now_ms: 1000,
+        archived: None,
+        archive_generation: 0,
     }
 }
 fn submit() -> Event {
@@ -508,7 +510,18 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
     ];
     for (what, events, expected) in cases {
         let (_, got) = last_commands(events);
+        let (archives, got) = split_archives(got);
         assert_eq!(got, expected, "case: {what}");
+        // Every End stages its outcome for the index, with the time the End names.
+        let ends: Vec<u64> = got
+            .iter()
+            .filter_map(|c| match c {
+                Command::AppendLazy(LogRecord::End(end)) => Some(end.ended_at_ms),
+                _ => None,
+            })
+            .collect();
+        let archived: Vec<u64> = archives.iter().map(|r| r.ended_at_ms).collect();
+        assert_eq!(archived, ends, "case: {what}");
     }
 }
 
@@ -825,19 +838,20 @@ fn recovery_aborts_begun_resends_unacked_and_ends_fully_acked() {
     for (what, records, expected) in cases {
         let mut replayed = Engine::replay(CONFIG, None, records.clone());
         assert_eq!(replayed.engine.identity(), None, "no run before recovery");
-        assert_eq!(
-            replayed.engine.step(recovered(5000)),
-            expected,
-            "case: {what}"
-        );
+        let staged = replayed.engine.gauges().retained as usize;
+        let (archives, got) = split_archives(replayed.engine.step(recovered(5000)));
+        let ends = got
+            .iter()
+            .filter(|c| matches!(c, Command::AppendLazy(LogRecord::End(_))))
+            .count();
+        // What replay staged, and what recovery ends now, goes to the index again.
+        assert_eq!(archives.len(), staged + ends, "case: {what}");
+        assert_eq!(got, expected, "case: {what}");
         assert_eq!(replayed.engine.identity(), Some(&next_identity()));
         // A crash during recovery: the same log replayed again gives the same work.
         let mut again = Engine::replay(CONFIG, None, records);
-        assert_eq!(
-            again.engine.step(recovered(5000)),
-            expected,
-            "again: {what}"
-        );
+        let (_, got_again) = split_archives(again.engine.step(recovered(5000)));
+        assert_eq!(got_again, expected, "again: {what}");
     }
 }
 
@@ -884,7 +898,10 @@ fn retried_request_after_restart_gets_the_recorded_outcome_or_conflict() {
     let replayed = Engine::replay(CONFIG, None, records);
     assert_eq!(replayed.identity, Some(identity()));
     let mut engine = replayed.engine;
-    assert_eq!(engine.step(recovered(5000)), vec![]);
+    let (archives, rest) = split_archives(engine.step(recovered(5000)));
+    assert_eq!(rest, vec![]);
+    assert_eq!(archives.len(), 1, "the replayed outcome is archived again");
+    assert_eq!(archives[0].ended_at_ms, 1300);
     // The recorded outcome names the attempt that made it, not one of this run.
     assert_eq!(
         engine.step(submit_as(9, WaitFor::Decision, 7)),
@@ -916,6 +933,8 @@ fn snapshot_then_replay_keeps_every_view() {
         participants: vec![(name("a"), json!(null))],
         timeout_ms: 100,
         now_ms: 2000,
+        archived: None,
+        archive_generation: 0,
     };
     let yes = |txid: &str| Event::VoteReceived {
         txid: id(txid),

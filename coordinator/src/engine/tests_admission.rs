@@ -34,6 +34,8 @@ fn submit(waiter: WaiterId, tx: &str, parts: &[&str]) -> Event {
         participants: parts.iter().map(|p| (name(p), json!({}))).collect(),
         timeout_ms: 500,
         now_ms: 1000,
+        archived: None,
+        archive_generation: 0,
     }
 }
 

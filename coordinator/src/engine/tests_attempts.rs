@@ -50,6 +50,8 @@ fn submit(waiter: WaiterId, wait: WaitFor, txid: &str, digest: u128) -> Event {
         participants: vec![(name("a"), json!({"put": txid})), (name("b"), json!(null))],
         timeout_ms: 500,
         now_ms: 1000,
+        archived: None,
+        archive_generation: 0,
     }
 }
 
@@ -104,11 +106,19 @@ fn a_reused_id_after_its_outcome_is_forgotten_is_a_new_attempt() {
     // body. The first A is forgotten; the second A must be an attempt of its own (prepared
     // under a new id), never an answer from the first A's outcome, and participants asking
     // about either attempt must hear that attempt's own outcome.
-    let mut engine = Engine::new(config(1), run(RUN1, 1));
+    // Today an outcome is forgotten when its window passes (staging and index alike).
+    let mut engine = Engine::new(config(10), run(RUN1, 1));
     let first_a = run_to_end(&mut engine, "A", 1, VoteKind::Yes);
     run_to_end(&mut engine, "B", 2, VoteKind::Yes);
     run_to_end(&mut engine, "C", 3, VoteKind::Yes);
-    assert!(engine.status(&id("A")).is_none(), "retained_max 1 forgot A");
+    engine.step(Event::ExpireRetained {
+        now_ms: 1200,
+        retention_ms: 0,
+    });
+    assert!(
+        engine.status(&id("A")).is_none(),
+        "the window passed: A is forgotten"
+    );
 
     let commands = engine.step(submit(7, WaitFor::Decision, "A", 99));
     assert!(
@@ -243,12 +253,15 @@ fn an_earlier_run_is_held_whole_so_a_lost_begin_is_presumed_aborted() {
     records.extend(ended("x", 1, Decision::Commit));
     records.extend(ended("y", 2, Decision::Abort));
     let mut engine = Engine::replay(config(10), None, records).engine;
+    let (archives, rest) = super::test_support::split_archives(engine.step(Event::RecoveryDone {
+        now_ms: 50,
+        identity: run(RUN2, 2),
+    }));
+    assert_eq!(rest, vec![]);
     assert_eq!(
-        engine.step(Event::RecoveryDone {
-            now_ms: 50,
-            identity: run(RUN2, 2)
-        }),
-        vec![]
+        archives.len(),
+        2,
+        "x and y, replayed, go to the index again"
     );
     assert_eq!(reach_of(&engine, RUN1), Some(2));
     assert_eq!(reach_of(&engine, RUN2), Some(0));

@@ -83,6 +83,40 @@ impl Engine {
         out
     }
 
+    /// Live transactions in `state` (all when `None`), oldest created first, at most `limit`.
+    pub fn list_live(
+        &self,
+        state: Option<TransactionState>,
+        limit: usize,
+    ) -> Vec<TransactionStatus> {
+        let mut out: Vec<TransactionStatus> = self
+            .live
+            .values()
+            .map(live_status)
+            .filter(|s| state.is_none_or(|w| s.state == w))
+            .collect();
+        out.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        out.truncate(limit);
+        out
+    }
+
+    /// Staged outcomes (ended, not yet in the index) in `state`, oldest ended first, at most
+    /// `limit`, leaving out ids in `shown` (listed from the index already).
+    pub fn list_staged(
+        &self,
+        state: Option<TransactionState>,
+        limit: usize,
+        shown: &std::collections::HashSet<TxId>,
+    ) -> Vec<TransactionStatus> {
+        self.retained
+            .iter()
+            .filter(|r| !shown.contains(&r.decision.txid))
+            .map(retained_status)
+            .filter(|s| state.is_none_or(|w| s.state == w))
+            .take(limit)
+            .collect()
+    }
+
     /// What a participant in doubt about attempt `query.gtid` of client id `txid` is told.
     /// Pure and free: presumed abort needs no record, because an attempt's id is never given
     /// out again, so nothing can commit it after "abort" was said.
@@ -269,7 +303,8 @@ fn live_status(tx: &Tx) -> TransactionStatus {
     }
 }
 
-fn retained_status(retained: &Retained) -> TransactionStatus {
+/// How an ended outcome (staged or from the index) is shown.
+pub fn retained_status(retained: &Retained) -> TransactionStatus {
     let record = &retained.decision;
     let outcome = outcome_of(record.decision);
     TransactionStatus {

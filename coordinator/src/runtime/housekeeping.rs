@@ -1,5 +1,6 @@
 //! Background work: periodic checkpoints (so the log's size follows live transactions, not
-//! history), expiring retained outcomes, and reporting a poisoned log loudly.
+//! history), expiring retained outcomes (staged and in the index), and reporting a poisoned
+//! log loudly.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +9,10 @@ use std::time::{Duration, Instant};
 use tracing::{error, info};
 
 use crate::engine::Event;
+
+/// How often outcomes past the window are deleted from the index. Lookups treat them as absent
+/// meanwhile, so this only bounds the disk they take.
+const INDEX_EXPIRY_EVERY: Duration = Duration::from_secs(10);
 use crate::runtime::{Core, now_ms};
 
 impl Core {
@@ -16,6 +21,9 @@ impl Core {
     /// records submitted before it; the encoding happens off the lock, on the log's snapshot
     /// thread, while transactions carry on.
     /// Returns the last sequence number covered and the snapshot's size.
+    ///
+    /// The snapshot keeps only staged outcomes: an outcome leaves staging once the index holds
+    /// it durably, so the log segments this checkpoint lets go never hold its only copy.
     pub async fn checkpoint(&self) -> Result<(u64, u64), wal::WalError> {
         let bytes = Arc::new(AtomicU64::new(0));
         let ticket = {
@@ -37,6 +45,31 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Deletes what the window left behind from the index, a bounded batch per transaction.
+    pub async fn expire_index(&self) {
+        let store = std::sync::Arc::clone(&self.outcomes);
+        let retention_ms = self.config.retention_ms;
+        let swept = tokio::task::spawn_blocking(move || {
+            let mut total = 0;
+            loop {
+                match store.expire(now_ms(), retention_ms) {
+                    Ok(0) => return Ok(total),
+                    Ok(n) => total += n,
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+        .await;
+        match swept {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => info!(expired = n, "expired outcomes from the index"),
+            Ok(Err(e)) => error!(error = %e, "outcome index expiry failed; retried later"),
+            Err(e) => error!(error = %e, "outcome index expiry task failed"),
+        }
+    }
+}
+
 /// Runs until the process stops.
 pub async fn housekeeping(core: Arc<Core>) {
     let interval = Duration::from_millis(core.config.checkpoint_interval_ms);
@@ -47,8 +80,13 @@ pub async fn housekeeping(core: Arc<Core>) {
     let mut written_at_checkpoint = core.wal.stats().bytes_written;
     let mut snapshot_bytes: u64 = 0;
     let mut reported = false;
+    let mut last_expiry = Instant::now();
     loop {
         tick.tick().await;
+        if last_expiry.elapsed() >= INDEX_EXPIRY_EVERY {
+            last_expiry = Instant::now();
+            core.expire_index().await;
+        }
         if core.wal.is_poisoned() {
             if !reported {
                 error!(

@@ -32,7 +32,8 @@ use crate::engine::view::Gauges;
 use crate::engine::{Command, Engine, Event, Reply, WaitFor, WaiterId};
 use crate::http_client::Endpoint;
 use crate::metrics::Metrics;
-use crate::records::{Attempt, EpochRecord, LogRecord};
+use crate::outcomes::{Cursor, OutcomeError, OutcomeStore};
+use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
@@ -62,6 +63,14 @@ pub struct Core {
     /// (by evidence from participants, or from the log at start) it is never cleared: new work
     /// is refused; decisions already in the log are still delivered and answered.
     behind: AtomicBool,
+    /// Ended outcomes for the whole retention window (the engine stages only the archiver's
+    /// lag).
+    pub(crate) outcomes: Arc<OutcomeStore>,
+    /// To the archiver task: outcomes the engine staged (`Command::Archive`).
+    archive: tokio::sync::mpsc::UnboundedSender<Retained>,
+    /// Mirrors `Engine::archive_generation`, stored under the engine lock when `Archived` is
+    /// stepped, so `submit` reads it before its index lookup without taking the lock.
+    archive_generation: AtomicU64,
 }
 
 /// A new transaction, checked by the API.
@@ -145,28 +154,146 @@ impl Core {
 
     /// Starts (or joins) a transaction and waits for the answer the request asked for.
     /// `None` means the process is shutting down before an answer came.
+    ///
+    /// The index is looked up first, outside the engine lock, and what it held goes into the
+    /// `Submit` event, so an id whose outcome is only in the index is answered without a new
+    /// attempt. The lookup races with the archiver; the generation read before it lets the
+    /// engine tell (`Reply::LookAgain`) when an outcome may have left staging after the lookup
+    /// missed it, and then it is simply done again.
     pub async fn submit(self: &Arc<Self>, tx: NewTransaction) -> Option<Reply> {
-        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = oneshot::channel();
-        self.lock_waiters().insert(waiter, sender);
-        self.apply(Event::Submit {
-            waiter,
-            wait: tx.wait,
-            txid: tx.txid,
-            digest: tx.digest,
-            participants: tx.participants,
-            timeout_ms: tx.timeout_ms,
-            now_ms: now_ms(),
+        // Moved into the event once; kept while a stale lookup has to be done again.
+        let mut participants = Some(tx.participants);
+        loop {
+            let generation = self.archive_generation.load(Ordering::Acquire);
+            let now = now_ms();
+            let archived = match self.outcomes.get(&tx.txid, now, self.config.retention_ms) {
+                Ok(found) => found,
+                Err(e) => {
+                    self.metrics
+                        .index_read_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    error!(txid = %tx.txid, error = %e, "outcome index lookup failed");
+                    return Some(Reply::IndexUnavailable {
+                        error: e.to_string(),
+                    });
+                }
+            };
+            let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+            let (sender, receiver) = oneshot::channel();
+            self.lock_waiters().insert(waiter, sender);
+            let mut stale = false;
+            self.apply_with(|engine| {
+                // The engine would answer `LookAgain` to a stale lookup; checking here, under
+                // the same lock, keeps the payloads for the next try instead of cloning them.
+                if engine.archive_generation() != generation {
+                    stale = true;
+                    return Vec::new();
+                }
+                engine.step(Event::Submit {
+                    waiter,
+                    wait: tx.wait,
+                    txid: tx.txid.clone(),
+                    digest: tx.digest,
+                    participants: participants.take().unwrap_or_default(),
+                    timeout_ms: tx.timeout_ms,
+                    now_ms: now,
+                    archived,
+                    archive_generation: generation,
+                })
+            });
+            if stale {
+                self.lock_waiters().remove(&waiter);
+                continue;
+            }
+            return match receiver.await.ok()? {
+                // Cannot happen after the check above; an answer all the same.
+                Reply::LookAgain => Some(Reply::IndexUnavailable {
+                    error: "the outcome lookup raced with the archiver".to_string(),
+                }),
+                reply => Some(reply),
+            };
+        }
+    }
+
+    /// A transaction's status: the engine (live and staged), then the index. In that order,
+    /// because an outcome leaves staging only once the index holds it, so a miss in the engine
+    /// followed by the lookup never misses an outcome in between.
+    pub fn status(&self, txid: &TxId) -> Result<Option<TransactionStatus>, OutcomeError> {
+        if let Some(status) = self.lock_engine().status(txid) {
+            return Ok(Some(status));
+        }
+        Ok(self
+            .outcomes
+            .get(txid, now_ms(), self.config.retention_ms)?
+            .as_ref()
+            .map(crate::engine::view::retained_status))
+    }
+
+    /// A listing page: without a cursor, live transactions first (from the engine, bounded by
+    /// `limit`); then ended ones from the index, oldest ended first, one page of it; once the
+    /// index has no more, the staged outcomes not in it yet. `next` continues the index pages.
+    pub fn list(
+        &self,
+        state: Option<TransactionState>,
+        limit: usize,
+        after: Option<Cursor>,
+    ) -> Result<(Vec<TransactionStatus>, Option<Cursor>), OutcomeError> {
+        let ended = match state {
+            None => Some(None),
+            Some(TransactionState::Committed) => Some(Some(Decision::Commit)),
+            Some(TransactionState::Aborted) => Some(Some(Decision::Abort)),
+            Some(
+                TransactionState::Preparing
+                | TransactionState::Committing
+                | TransactionState::Aborting,
+            ) => None,
+        };
+        let mut out = match after {
+            None => self.lock_engine().list_live(state, limit),
+            Some(_) => Vec::new(),
+        };
+        let mut next = None;
+        if let Some(decision) = ended {
+            if out.len() < limit {
+                let page = self.outcomes.list(
+                    decision,
+                    limit - out.len(),
+                    after,
+                    now_ms(),
+                    self.config.retention_ms,
+                )?;
+                out.extend(
+                    page.outcomes
+                        .iter()
+                        .map(crate::engine::view::retained_status),
+                );
+                next = page.next;
+            }
+            if next.is_none() && out.len() < limit {
+                let shown: std::collections::HashSet<TxId> =
+                    out.iter().map(|s| s.id.clone()).collect();
+                let staged = self
+                    .lock_engine()
+                    .list_staged(state, limit - out.len(), &shown);
+                out.extend(staged);
+            }
+        }
+        Ok((out, next))
+    }
+
+    /// The archiver made these outcomes durable in the index: they leave staging.
+    pub(crate) fn archived(self: &Arc<Self>, archived: Vec<(TxId, GlobalTxId)>) {
+        self.apply_with(|engine| {
+            let commands = engine.step(Event::Archived { archived });
+            self.archive_generation
+                .store(engine.archive_generation(), Ordering::Release);
+            commands
         });
-        receiver.await.ok()
     }
 
-    pub fn status(&self, txid: &TxId) -> Option<TransactionStatus> {
-        self.lock_engine().status(txid)
-    }
-
-    pub fn list(&self, state: Option<TransactionState>, limit: usize) -> Vec<TransactionStatus> {
-        self.lock_engine().list(state, limit)
+    /// The index's numbers (metrics, `/readyz`).
+    pub fn index_stats(&self) -> Result<crate::outcomes::IndexStats, OutcomeError> {
+        self.outcomes.stats(now_ms(), self.config.retention_ms)
     }
 
     /// What a participant in doubt about an attempt of `txid` is told (see
@@ -177,7 +304,29 @@ impl Core {
         txid: &TxId,
         query: Option<&DecisionQuery>,
     ) -> DecisionQueryResponse {
-        let answer = self.lock_engine().decision_for(txid, query);
+        let mut answer = self.lock_engine().decision_for(txid, query);
+        // Not answered from a record (presumed or unknown): the outcome may be in the index,
+        // archived after the engine let go of it. Engine first, then the index, as in `status`.
+        let from_record = matches!(
+            answer.decision,
+            DecisionStatus::Commit | DecisionStatus::Abort
+        ) && answer.reason.is_none();
+        if let (false, Some(query)) = (from_record, query) {
+            match self.outcomes.get(txid, now_ms(), self.config.retention_ms) {
+                Ok(Some(retained)) if retained.decision.attempt.gtid == query.gtid => {
+                    answer.decision = retained.decision.decision.into();
+                    answer.reason = None;
+                    answer.behind = None;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Presumed abort is only safe if no decision exists: unknown it is.
+                    error!(%txid, error = %e, "outcome index lookup failed (decision query)");
+                    answer.decision = DecisionStatus::Unknown;
+                    answer.reason = Some(format!("the outcome index cannot be read: {e}"));
+                }
+            }
+        }
         if let Some(evidence) = answer.behind {
             self.note_behind(evidence);
         }
@@ -287,7 +436,8 @@ impl Core {
                     | Command::ArmPrepareDeadline { .. }
                     | Command::SendDecision { .. }
                     | Command::ArmRetry { .. }
-                    | Command::Reply { .. } => {}
+                    | Command::Reply { .. }
+                    | Command::Archive(_) => {}
                 }
             }
             commands
@@ -339,6 +489,13 @@ impl Core {
         match command {
             // Submitted while the engine lock was held.
             Command::AppendLazy(_) | Command::AppendDecision(_) => {}
+            Command::Archive(retained) => {
+                if self.archive.send(retained).is_err() {
+                    // Only when the archiver is gone (shutting down): the outcome stays staged,
+                    // in the next checkpoint, and the next start archives it.
+                    warn!("the outcome archiver is gone; the outcome stays staged");
+                }
+            }
             Command::SendPrepare {
                 txid,
                 attempt,

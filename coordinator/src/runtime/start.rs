@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Event};
 use crate::http_client::{BadBaseUrl, Endpoint};
 use crate::metrics::Metrics;
+use crate::outcomes::{OutcomeStore, archiver};
 use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
 use crate::runtime::{Core, now_ms};
 
@@ -35,6 +36,10 @@ pub enum StartError {
     ParticipantUrl(BadBaseUrl),
     #[error("log open task failed: {0}")]
     Join(String),
+    /// The outcome index cannot be opened: starting without it would forget idempotency
+    /// records (the remedy is in docs/operations.md, "The outcome index").
+    #[error("refusing to start: {0}")]
+    Outcomes(crate::outcomes::OutcomeError),
 }
 
 /// A fresh identity for a new data directory: a wiped directory is a new coordinator.
@@ -89,6 +94,12 @@ pub async fn recover_on(
         warn!(file = %torn.file.display(), offset = torn.offset, bytes = torn.bytes,
               reason = %torn.reason, "cut a torn write off the end of the log (a crash mid-append)");
     }
+    let index_path = config.data_dir.join(crate::outcomes::FILE_NAME);
+    let max_bytes = config.retained_disk_max_bytes;
+    let outcomes = tokio::task::spawn_blocking(move || OutcomeStore::open(&index_path, max_bytes))
+        .await
+        .map_err(|e| StartError::Join(e.to_string()))?
+        .map_err(StartError::Outcomes)?;
     let undecodable = |source| StartError::Undecodable {
         dir: dir.display().to_string(),
         source,
@@ -153,6 +164,7 @@ pub async fn recover_on(
         .map(|(name, url)| Ok((name.clone(), Endpoint::new(url)?)))
         .collect::<Result<_, BadBaseUrl>>()
         .map_err(StartError::ParticipantUrl)?;
+    let (archive, staged) = tokio::sync::mpsc::unbounded_channel();
     let core = Arc::new(Core {
         engine: Mutex::new(replayed.engine),
         waiters: Mutex::new(HashMap::new()),
@@ -164,7 +176,13 @@ pub async fn recover_on(
         metrics,
         recovering: AtomicBool::new(true),
         behind: AtomicBool::new(false),
+        outcomes: Arc::new(outcomes),
+        archive,
+        archive_generation: AtomicU64::new(0),
     });
+    // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
+    // when the core is dropped.
+    tokio::spawn(archiver(Arc::downgrade(&core), staged));
     if let Some(behind) = core.lock_engine().behind() {
         core.behind.store(true, Ordering::Relaxed);
         core.metrics.log_behind.store(1, Ordering::Relaxed);

@@ -61,12 +61,17 @@ async fn participant(log: Log, answers: Answers) -> String {
 async fn setup_with(
     answers: Answers,
     retained_max: usize,
+    retention_ms: u64,
 ) -> (Arc<Core>, Arc<wal::sim::SimStorage>, Log) {
     let log: Log = Arc::default();
     let url = participant(Arc::clone(&log), answers).await;
     let participants: BTreeMap<_, _> = [(ParticipantName::new("inventory").unwrap(), url)].into();
-    let mut config = Config::for_tests("/sim/c".into(), participants);
+    // The log is simulated; the outcome index is a real file, in a directory kept for the
+    // test process's life.
+    let dir = tempfile::tempdir().unwrap().keep();
+    let mut config = Config::for_tests(dir, participants);
     config.retained_max = retained_max;
+    config.retention_ms = retention_ms;
     let storage = Arc::new(wal::sim::SimStorage::new());
     let core = recover_on(storage.clone(), &config, Arc::new(Metrics::default()))
         .await
@@ -75,7 +80,12 @@ async fn setup_with(
 }
 
 async fn setup() -> (Arc<Core>, Arc<wal::sim::SimStorage>, Log) {
-    setup_with(cooperative(), crate::config::defaults::RETAINED_MAX).await
+    setup_with(
+        cooperative(),
+        crate::config::defaults::RETAINED_MAX,
+        crate::config::defaults::RETENTION_MS,
+    )
+    .await
 }
 
 fn one(txid: &str) -> NewTransaction {
@@ -156,7 +166,7 @@ async fn a_decision_that_never_becomes_durable_is_never_sent() {
     assert_eq!(routes, ["prepare"]);
     assert!(core.is_poisoned());
     let txid = TxId::new("t-bad-disk").unwrap();
-    let gtid = core.status(&txid).unwrap().gtid;
+    let gtid = core.status(&txid).unwrap().unwrap().gtid;
     assert_eq!(
         core.decision_query(&txid, Some(&query_of(&core, &gtid)))
             .decision,
@@ -175,8 +185,10 @@ async fn a_decision_that_never_becomes_durable_is_never_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presumed_abort_writes_nothing_and_is_given_only_inside_the_logs_span() {
-    // retained_max 1: t-1's outcome is forgotten once t-2 ends.
-    let (core, _storage, log) = setup_with(cooperative(), 1).await;
+    // A zero retention window: t-1's outcome is forgotten once archived (the index treats it
+    // as out of the window at once).
+    let (core, _storage, log) =
+        setup_with(cooperative(), crate::config::defaults::RETAINED_MAX, 0).await;
     let acked = |txid: &str| NewTransaction {
         wait: WaitFor::Acked,
         ..one(txid)
@@ -191,7 +203,10 @@ async fn a_presumed_abort_writes_nothing_and_is_given_only_inside_the_logs_span(
         gtids.push(response.gtid);
     }
     let t1 = TxId::new("t-1").unwrap();
-    assert!(core.status(&t1).is_none(), "t-1 is forgotten");
+    until("t-1 is archived, and so forgotten", || {
+        core.status(&t1).unwrap().is_none()
+    })
+    .await;
     // The epoch record, then Begin, Decision and End for each (the last ack is in the End).
     until("every record written", || {
         core.wal_stats().records_appended == 7
@@ -297,11 +312,14 @@ async fn a_query_naming_a_run_this_log_does_not_hold_sets_log_behind_for_good() 
         .unwrap();
     storage.crash(wal::sim::Unsynced::Drop);
     storage.reboot();
+    // The process is gone, and with it its hold on the outcome index file.
+    let old_epoch = core.identity().epoch;
+    drop(core);
     let metrics = Arc::new(Metrics::default());
     let restarted = recover_on(storage.clone(), &config, Arc::clone(&metrics))
         .await
         .unwrap();
-    assert!(restarted.identity().epoch > core.identity().epoch);
+    assert!(restarted.identity().epoch > old_epoch);
     assert_eq!(restarted.log_behind(), Some(evidence));
     assert_eq!(metrics.log_behind.load(Ordering::Relaxed), 1);
 }
@@ -370,7 +388,8 @@ async fn a_participant_that_fences_this_run_out_sets_log_behind() {
     ];
     for (what, answers, evidence) in cases {
         let commits = answers.prepare.0 == StatusCode::OK;
-        let (core, _storage, log) = setup_with(answers, 10).await;
+        let (core, _storage, log) =
+            setup_with(answers, 10, crate::config::defaults::RETENTION_MS).await;
         let reply = core.submit(one("t-fenced")).await.unwrap();
         let Reply::Outcome(response) = reply else {
             panic!("{what}: {reply:?}");

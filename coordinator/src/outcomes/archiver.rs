@@ -1,0 +1,114 @@
+//! The archiver: takes the outcomes the engine stages (`Command::Archive`), writes them to the
+//! index in batches (one durable redb transaction each), and only then tells the engine
+//! (`Event::Archived`), which drops them from staging. A failed write keeps the batch: the
+//! outcomes stay staged (and answered), and the write is retried with a growing pause; the
+//! coordinator goes on, since the log, not the index, is the source of truth.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::records::Retained;
+use crate::runtime::{Core, now_ms};
+
+/// How long the archiver gathers outcomes after the first one before writing them: an fsync
+/// per ~50 ms whatever the load, and staging holds about that long's outcomes.
+pub const ARCHIVE_BATCH_WAIT: Duration = Duration::from_millis(50);
+/// Most outcomes per write transaction.
+pub const ARCHIVE_BATCH_MAX: usize = 1_000;
+/// The longest pause between retries of a failed write.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Runs until the engine's side of the channel is gone (the core dropped). It holds the core
+/// weakly: the core owns the channel's sender, and a strong reference would keep both (and the
+/// index file, which one process may open once) alive for ever.
+pub async fn archiver(core: Weak<Core>, mut staged: UnboundedReceiver<Retained>) {
+    let mut pending: Vec<Retained> = Vec::new();
+    let mut failures: u32 = 0;
+    let mut open = true;
+    while open || !pending.is_empty() {
+        if pending.is_empty() {
+            match staged.recv().await {
+                Some(retained) => pending.push(retained),
+                None => return,
+            }
+        }
+        let deadline = Instant::now() + ARCHIVE_BATCH_WAIT;
+        while open && pending.len() < ARCHIVE_BATCH_MAX {
+            match tokio::time::timeout_at(deadline, staged.recv()).await {
+                Ok(Some(retained)) => pending.push(retained),
+                Ok(None) => open = false,
+                Err(_) => break,
+            }
+        }
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        let take = pending.len().min(ARCHIVE_BATCH_MAX);
+        let batch: Vec<Retained> = pending.drain(..take).collect();
+        let store = Arc::clone(&core.outcomes);
+        let retention_ms = core.config().retention_ms;
+        let written = tokio::task::spawn_blocking(move || {
+            let result = store.archive(&batch, now_ms(), retention_ms);
+            (batch, result)
+        })
+        .await;
+        let (batch, result) = match written {
+            Ok(done) => done,
+            Err(join) => {
+                // The batch went with the panicked task; the outcomes are still staged, and a
+                // restart archives everything staged again.
+                error!(error = %join, "the outcome index write task failed");
+                core.metrics()
+                    .archive_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        match result {
+            Ok(report) => {
+                if failures > 0 {
+                    info!(failures, "outcome index writes work again; staging drains");
+                }
+                failures = 0;
+                let metrics = core.metrics();
+                metrics
+                    .archived
+                    .fetch_add(report.written, Ordering::Relaxed);
+                if report.evicted_early > 0 {
+                    warn!(
+                        evicted = report.evicted_early,
+                        "the outcome index is over --retained-disk-max-bytes: evicted outcomes \
+                           still inside the retention window (see the effective window metric)"
+                    );
+                }
+                // Durable: now, and only now, they may leave staging.
+                core.archived(
+                    batch
+                        .into_iter()
+                        .map(|r| (r.decision.txid, r.decision.attempt.gtid))
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                core.metrics()
+                    .archive_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                error!(error = %e, outcomes = batch.len(), failures,
+                       "cannot write outcomes to the index; they stay staged (and answered) \
+                        and the write is retried");
+                // Put them back in front, in order, and pause before the retry.
+                let mut again = batch;
+                again.append(&mut pending);
+                pending = again;
+                let pause = Duration::from_millis(100u64 << failures.min(6)).min(RETRY_MAX);
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
