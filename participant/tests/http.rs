@@ -285,3 +285,63 @@ async fn fencing_and_foreign_attempts_have_their_codes() {
     assert_eq!(participant.prepared_list().len(), 1);
     assert_eq!(participant.read(|t| t.applied + t.released), 0);
 }
+
+#[tokio::test]
+async fn a_prepare_behind_a_holder_waits_over_http_and_gets_yes_when_it_commits() {
+    let (app, participant, _dir) = app();
+    let mut holder = wire(prepare("holder", 1, add("k", 1)));
+    holder["started_at_ms"] = json!(1);
+    assert_eq!(
+        post(&app, "/2pc/prepare", &holder.to_string()).await,
+        (StatusCode::OK, json!({"vote": "yes"}))
+    );
+    let mut waiter = wire(prepare("waiter", 1, add("k", 2)));
+    waiter["started_at_ms"] = json!(2);
+    waiter["lock_wait_ms"] = json!(10_000);
+    let queued = {
+        let app = app.clone();
+        tokio::spawn(async move { post(&app, "/2pc/prepare", &waiter.to_string()).await })
+    };
+    // It queues without holding the engine: the holder's commit gets through meanwhile.
+    let mut waited = 0;
+    while participant.with_engine(|e| e.waiting_len()) == 0 {
+        assert!(waited < 200, "the prepare never queued");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        waited += 1;
+    }
+    assert!(!queued.is_finished(), "no answer while the key is held");
+    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    assert!(
+        metrics.1.contains("twopc_participant_lock_waiters 1"),
+        "{}",
+        metrics.1
+    );
+    assert_eq!(
+        post(
+            &app,
+            "/2pc/commit",
+            &wire(decision("holder", 1)).to_string()
+        )
+        .await,
+        (StatusCode::OK, json!({"ack": true}))
+    );
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), queued)
+        .await
+        .expect("answered once the holder committed")
+        .unwrap();
+    assert_eq!(answer, (StatusCode::OK, json!({"vote": "yes"})));
+    assert_eq!(participant.prepared_list()[0].gtid, gtid("waiter"));
+    let metrics = send(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    assert!(
+        metrics.1.contains("twopc_participant_lock_waits_total 1"),
+        "{}",
+        metrics.1
+    );
+    assert!(
+        metrics
+            .1
+            .contains("twopc_participant_lock_wait_seconds_count 1"),
+        "{}",
+        metrics.1
+    );
+}
