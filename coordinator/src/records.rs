@@ -146,7 +146,7 @@ pub struct Snapshot {
     /// Set once participants proved this log is behind (see `LogRecord::Behind`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behind: Option<BehindRecord>,
-    /// Last field: `Engine::snapshot_bytes` appends the retained outcomes' encodings here.
+    /// Ended outcomes still staged (not yet durable in the outcome index).
     pub retained: Vec<Retained>,
 }
 

@@ -125,25 +125,6 @@ impl Engine {
         }
     }
 
-    /// The encoded checkpoint snapshot: `snapshot(identity).encode()`, but copying the retained
-    /// outcomes' encodings made when they ended instead of encoding them again, so the time
-    /// spent under the engine lock follows live transactions, not retained ones.
-    pub fn snapshot_bytes(&self, identity: EpochRecord) -> Vec<u8> {
-        let mut head = self.snapshot_live(identity);
-        head.retained.clear();
-        let mut out = head.encode();
-        // `retained` is the struct's last field, so the head ends with `"retained":[]}`.
-        let tail = b"[]}";
-        if !out.ends_with(tail) {
-            // Cannot happen with the struct as declared; fall back to the plain encoding.
-            return self.snapshot(head.identity).encode();
-        }
-        out.truncate(out.len() - tail.len());
-        self.retained.write_json_array(&mut out);
-        out.push(b'}');
-        out
-    }
-
     /// Everything recovery needs, for a checkpoint. A decision that is submitted but not yet
     /// durable goes in as decided: the checkpoint follows it in the log, so whenever the
     /// checkpoint survives a crash, the decision did too.

@@ -10,14 +10,12 @@ use protocol::TxId;
 
 use crate::records::Retained;
 
-/// One kept outcome: the outcome, the insertion number that `order` refers to, and its JSON
-/// encoding, made once when it ends so that checkpoints copy bytes instead of re-encoding
-/// every retained outcome under the engine lock.
+/// One staged outcome and the insertion number that `order` refers to. (Staging holds only
+/// the archiver's lag, so a checkpoint copies it and encodes it off the engine lock.)
 #[derive(Debug, Clone)]
 struct Entry {
     retained: Retained,
     number: u64,
-    json: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -25,8 +23,6 @@ pub struct RetainedSet {
     map: HashMap<TxId, Entry>,
     /// Insertion order (= end order), so the oldest go first in O(1).
     order: VecDeque<(TxId, u64)>,
-    /// Sum of the encodings' lengths, to size the snapshot buffer once.
-    json_bytes: usize,
     next: u64,
 }
 
@@ -45,9 +41,7 @@ impl RetainedSet {
 
     /// Forgets one outcome (its place in `order` is skipped later).
     pub fn remove(&mut self, txid: &TxId) {
-        if let Some(entry) = self.map.remove(txid) {
-            self.json_bytes -= entry.json.len();
-        }
+        self.map.remove(txid);
     }
 
     /// Forgets `txid`'s outcome if it is the one of attempt `gtid` (the index holds it now); a
@@ -74,18 +68,7 @@ impl RetainedSet {
         let txid = retained.decision.txid.clone();
         let number = self.next;
         self.next += 1;
-        let json = serde_json::to_vec(&retained).unwrap_or_default();
-        self.json_bytes += json.len();
-        if let Some(old) = self.map.insert(
-            txid.clone(),
-            Entry {
-                retained,
-                number,
-                json,
-            },
-        ) {
-            self.json_bytes -= old.json.len();
-        }
+        self.map.insert(txid.clone(), Entry { retained, number });
         self.order.push_back((txid, number));
     }
 
@@ -125,19 +108,6 @@ impl RetainedSet {
     /// Oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &Retained> {
         self.entries().map(|e| &e.retained)
-    }
-
-    /// The JSON array of every outcome, oldest first, from the encodings made at insert time.
-    pub fn write_json_array(&self, out: &mut Vec<u8>) {
-        out.reserve(self.json_bytes + self.map.len() + 2);
-        out.push(b'[');
-        for (i, entry) in self.entries().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(&entry.json);
-        }
-        out.push(b']');
     }
 }
 

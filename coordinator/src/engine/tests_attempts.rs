@@ -325,7 +325,7 @@ fn coverage_survives_checkpoints() {
         retention_ms: 1,
     });
 
-    let bytes = engine.snapshot_bytes(run(RUN2, 2));
+    let bytes = engine.snapshot(run(RUN2, 2)).encode();
     let snapshot = Snapshot::decode(&bytes).unwrap();
     assert_eq!(snapshot, engine.snapshot(run(RUN2, 2)));
     assert_eq!(
@@ -455,7 +455,7 @@ fn the_proof_that_the_log_is_behind_is_logged_once_and_survives_replay_and_check
     );
     assert_eq!(replayed.engine.behind(), Some(&first));
     // ...and from a checkpoint, which a later start replays alone.
-    let snapshot = Snapshot::decode(&engine.snapshot_bytes(run(RUN1, 1))).unwrap();
+    let snapshot = Snapshot::decode(&engine.snapshot(run(RUN1, 1)).encode()).unwrap();
     assert_eq!(snapshot, engine.snapshot(run(RUN1, 1)));
     assert_eq!(snapshot.behind.as_ref(), Some(&first));
     let mut restored = Engine::replay(config(10), Some(snapshot), []).engine;
@@ -466,7 +466,7 @@ fn the_proof_that_the_log_is_behind_is_logged_once_and_survives_replay_and_check
     assert_eq!(restored.behind(), Some(&first));
     // A log that never learned it says nothing of it in its checkpoint.
     let clean = Engine::new(config(10), run(RUN1, 1));
-    let bytes = clean.snapshot_bytes(run(RUN1, 1));
+    let bytes = clean.snapshot(run(RUN1, 1)).encode();
     assert!(!String::from_utf8_lossy(&bytes).contains("behind"));
     assert_eq!(Snapshot::decode(&bytes).unwrap().behind, None);
 }
