@@ -93,7 +93,7 @@ async fn every_coordinator_crash_point_recovers_to_the_right_outcome() {
                 .map(|p| p.prepare_of(txid))
                 .collect();
             for prepare in &prepared {
-                let decision = c.decision_for(prepare).await;
+                let decision = c.settled_decision_for(prepare, WAIT).await;
                 assert_eq!(decision["decision"], "abort", "{point}: {decision}");
             }
             if point == "coordinator::before_first_record" {

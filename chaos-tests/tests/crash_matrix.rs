@@ -16,7 +16,7 @@ use chaos_tests::audit::ClientOutcome;
 use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
 use chaos_tests::disk_faults;
 use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
-use chaos_tests::scenario::{COORDINATOR, armed, disk, probe};
+use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed, disk, probe};
 use protocol::{Vote, VoteKind};
 
 #[test]
@@ -428,4 +428,89 @@ fn wal_stalled_fsync_coordinator_never_sends_before_sync() {
     s.chaos.restart(COORDINATOR, Vec::new());
     s.assert_aborted_and_released(&order);
     s.finish();
+}
+
+// ---------------------------------------------------------------- faults that are not crashes
+
+fn checkpoint_failures(chaos: &ChaosCluster, participant: &str) -> u64 {
+    let base = chaos
+        .urls()
+        .participants()
+        .into_iter()
+        .find(|(name, _)| *name == participant)
+        .map(|(_, base)| base.to_string())
+        .expect("a known participant");
+    let text = chaos
+        .runtime
+        .block_on(async {
+            chaos
+                .client
+                .get(format!("{base}/metrics"))
+                .send()
+                .await?
+                .text()
+                .await
+        })
+        .expect("participant metrics");
+    text.lines()
+        .find(|l| l.starts_with("twopc_participant_checkpoint_failures_total "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint failure counter in\n{text}"))
+}
+
+/// `participant::checkpoint_unencodable`: a participant whose checkpoints cannot be written
+/// keeps serving; the failure is logged and counted, checkpoints are tried again later, nothing
+/// acknowledged is lost, and after a restart (the fault gone) it recovers from its longer log.
+#[test]
+fn participant_checkpoint_unencodable() {
+    let mut chaos = ChaosCluster::start(&ChaosOptions::default());
+    chaos.restart(
+        "inventory",
+        vec![(
+            "FAILPOINTS".to_string(),
+            format!("{}=return", "participant::checkpoint_unencodable"),
+        )],
+    );
+    // Forty records per checkpoint (ChaosOptions): 150 orders ask for several.
+    let orders = chaos.orders("unencodable", 11, 150);
+    let results = chaos.run_orders(orders, chaos.workload_options());
+    assert!(
+        results.iter().any(|r| r.answer.is_some()),
+        "no order was answered"
+    );
+    assert!(
+        chaos.node("inventory").is_running(),
+        "inventory stopped over a failed checkpoint:\n{}",
+        chaos.logs()
+    );
+    let failures = checkpoint_failures(&chaos, "inventory");
+    assert!(
+        failures > 0,
+        "the fault point never fired:\n{}",
+        chaos.node("inventory").log()
+    );
+    assert!(
+        chaos
+            .node("inventory")
+            .log()
+            .contains("checkpoint not written"),
+        "the failure is not in the log"
+    );
+    // Restarted without the fault: it replays the whole log and checkpoints again.
+    chaos.restart("inventory", Vec::new());
+    let more = chaos.orders("after", 12, 60);
+    chaos.run_orders(more, chaos.workload_options());
+    assert_eq!(
+        checkpoint_failures(&chaos, "inventory"),
+        0,
+        "counted from the restart"
+    );
+    let report = chaos.audit(Duration::from_secs(60));
+    assert!(
+        report.all_ok(),
+        "invariants broken after failed checkpoints:\n{}\n{}",
+        report.failures(),
+        chaos.logs()
+    );
 }

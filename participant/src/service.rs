@@ -47,6 +47,8 @@ pub enum RequestError {
 pub(crate) struct State<R: Resource> {
     pub(crate) engine: Engine<R>,
     records_since_checkpoint: u64,
+    /// The live state's size (prepared, tombstones, resource entries) at the last checkpoint.
+    live_at_checkpoint: u64,
     /// Prepares queued for locks, by the waiter id their `Event::Prepare` carried.
     waiters: HashMap<u64, Pending>,
     next_waiter: u64,
@@ -131,6 +133,7 @@ impl<R: Resource> Participant<R> {
                 state: Mutex::new(State {
                     engine,
                     records_since_checkpoint: 0,
+                    live_at_checkpoint: 0,
                     waiters: HashMap::new(),
                     next_waiter: 0,
                 }),
@@ -440,17 +443,20 @@ impl<R: Resource> Participant<R> {
             // reply, if any, waits for them as it always did.
             reply_tickets.append(&mut tickets);
             // A checkpoint costs time proportional to the live state, so never take one more
-            // often than every `live` records: the cost per record stays constant and the log
-            // stays within about twice the live state.
-            let engine = &state.engine;
-            let live =
-                engine.prepared_len() + engine.tombstones_len() + engine.resource().entries();
+            // often than every `live` records, `live` as the last checkpoint measured it: the
+            // cost per record stays constant and the log stays within about twice the state.
+            // (Not the live state now: it grows with nearly every record, tombstones being
+            // kept for a day, and the records since the checkpoint would then never catch up.)
             let every = self
                 .inner
                 .config
                 .checkpoint_every_records
-                .max(u64::try_from(live).unwrap_or(u64::MAX));
+                .max(state.live_at_checkpoint);
             if state.records_since_checkpoint >= every {
+                let engine = &state.engine;
+                let live =
+                    engine.prepared_len() + engine.tombstones_len() + engine.resource().entries();
+                state.live_at_checkpoint = u64::try_from(live).unwrap_or(u64::MAX);
                 state.records_since_checkpoint = 0;
                 self.checkpoint_locked(&state);
             }

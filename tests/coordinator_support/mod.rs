@@ -305,6 +305,19 @@ impl Coordinator {
         body
     }
 
+    /// `decision_for`, asked again (bounded by `timeout`) while the answer is `pending`: right
+    /// after a restart, the aborts recovery decides are `pending` until their record is durable.
+    pub async fn settled_decision_for(&self, prepare: &Value, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let decision = self.decision_for(prepare).await;
+            if decision["decision"] != "pending" || Instant::now() >= deadline {
+                return decision;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Polls GET /v1/transactions/{id} until its state is `state` (bounded).
     pub async fn wait_state(&self, txid: &str, state: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
