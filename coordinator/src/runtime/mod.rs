@@ -638,13 +638,7 @@ impl Core {
         let Some(endpoint) = self.participants.get(&participant) else {
             return;
         };
-        let request = DecisionRequest {
-            txid: txid.clone(),
-            gtid,
-            coordinator_id: self.identity.coordinator_id.clone(),
-            epoch: self.identity.epoch,
-            incarnation: self.identity.incarnation,
-        };
+        let request = self.decision_request(&txid, gtid);
         self.metrics
             .untracked_aborts
             .fetch_add(1, Ordering::Relaxed);
@@ -652,6 +646,17 @@ impl Core {
         if let Err(e) = participants::deliver(endpoint, decision, &request, timeout).await {
             tracing::debug!(%txid, %participant, error = %e,
                 "untracked abort not delivered; the participant asks if it prepared");
+        }
+    }
+
+    /// A phase-two message for attempt `gtid` of `txid`, from this run.
+    fn decision_request(&self, txid: &TxId, gtid: GlobalTxId) -> DecisionRequest {
+        DecisionRequest {
+            txid: txid.clone(),
+            gtid,
+            coordinator_id: self.identity.coordinator_id.clone(),
+            epoch: self.identity.epoch,
+            incarnation: self.identity.incarnation,
         }
     }
 
@@ -671,13 +676,7 @@ impl Core {
         }
         let result = match self.participants.get(&participant) {
             Some(endpoint) => {
-                let request = DecisionRequest {
-                    txid: txid.clone(),
-                    gtid,
-                    coordinator_id: self.identity.coordinator_id.clone(),
-                    epoch: self.identity.epoch,
-                    incarnation: self.identity.incarnation,
-                };
+                let request = self.decision_request(&txid, gtid);
                 participants::deliver(
                     endpoint,
                     decision,

@@ -371,18 +371,7 @@ impl<R: Resource> Engine<R> {
             // The coordinator gave up on it (its deadline, another participant's no): it leaves
             // the queue, and a tombstone makes a late duplicate prepare vote no, as an abort
             // that overtook its prepare does.
-            self.tombstones
-                .insert(gtid.clone(), Ended::Aborted, None, now_ms);
-            commands.push(Command::Log {
-                record: Record::Aborted {
-                    gtid: gtid.clone(),
-                    coordinator_id: sender.coordinator_id.clone(),
-                    epoch: sender.epoch,
-                    incarnation: sender.incarnation,
-                    at_ms: now_ms,
-                },
-                forced: true,
-            });
+            commands.push(self.remember_unprepared_abort(&gtid, &sender, now_ms));
             deliver_all(
                 &mut commands,
                 waiter.requests,
@@ -412,23 +401,35 @@ impl<R: Resource> Engine<R> {
                 }
                 None => {
                     // The abort overtook its prepare: a tombstone makes the late prepare vote no.
-                    self.tombstones
-                        .insert(gtid.clone(), Ended::Aborted, None, now_ms);
-                    commands.push(Command::Log {
-                        record: Record::Aborted {
-                            gtid: gtid.clone(),
-                            coordinator_id: sender.coordinator_id.clone(),
-                            epoch: sender.epoch,
-                            incarnation: sender.incarnation,
-                            at_ms: now_ms,
-                        },
-                        forced: true,
-                    });
+                    commands.push(self.remember_unprepared_abort(&gtid, &sender, now_ms));
                     Reply::Ack
                 }
             }
         };
         finish(commands, raised, &sender, reply)
+    }
+
+    /// An abort for an attempt that is not prepared here (it waited for a lock, or the abort
+    /// overtook its prepare): a tombstone makes a late prepare vote no; returns the forced log
+    /// command that keeps it across a restart.
+    fn remember_unprepared_abort(
+        &mut self,
+        gtid: &GlobalTxId,
+        sender: &Sender,
+        now_ms: u64,
+    ) -> Command {
+        self.tombstones
+            .insert(gtid.clone(), Ended::Aborted, None, now_ms);
+        Command::Log {
+            record: Record::Aborted {
+                gtid: gtid.clone(),
+                coordinator_id: sender.coordinator_id.clone(),
+                epoch: sender.epoch,
+                incarnation: sender.incarnation,
+                at_ms: now_ms,
+            },
+            forced: true,
+        }
     }
 
     /// Applies a prepared attempt's commit; returns the forced log command.
