@@ -256,7 +256,37 @@ impl<R: Resource> Engine<R> {
             }
         }
         self.resource.check(&staged).map_err(Refusal::No)?;
-        self.locks.take(gtid, &keys);
+        Ok(Admitted::Prepared(self.hold(
+            Holding {
+                gtid: gtid.clone(),
+                txid: txid.clone(),
+                sender: sender.clone(),
+                position,
+                payload,
+                digest,
+                staged,
+                keys,
+                started_at_ms,
+            },
+            now_ms,
+        )))
+    }
+
+    /// An attempt that passed every check takes its locks and becomes prepared; returns the
+    /// record to force before it votes yes (fresh prepares and granted waiters alike).
+    pub(super) fn hold(&mut self, holding: Holding<R::Staged>, now_ms: u64) -> Record {
+        let Holding {
+            gtid,
+            txid,
+            sender,
+            position,
+            payload,
+            digest,
+            staged,
+            keys,
+            started_at_ms,
+        } = holding;
+        self.locks.take(&gtid, &keys);
         self.prepared.insert(
             gtid.clone(),
             PreparedTx {
@@ -277,17 +307,17 @@ impl<R: Resource> Engine<R> {
                 last_answer: None,
             },
         );
-        Ok(Admitted::Prepared(Record::Prepared {
-            gtid: gtid.clone(),
-            txid: txid.clone(),
-            coordinator_id: sender.coordinator_id.clone(),
+        Record::Prepared {
+            gtid,
+            txid,
+            coordinator_id: sender.coordinator_id,
             epoch: sender.epoch,
             incarnation: sender.incarnation,
             position,
             payload,
             prepared_at_ms: now_ms,
             started_at_ms: Some(started_at_ms),
-        }))
+        }
     }
 
     /// Checks a commit or abort's sender; the attempt and the sender, or the answer to give.
@@ -487,6 +517,19 @@ impl<R: Resource> Engine<R> {
         self.tombstones
             .insert(gtid.clone(), ended, Some(prepared.digest), at_ms);
     }
+}
+
+/// What a prepared attempt holds, handed to `Engine::hold`.
+pub(super) struct Holding<S> {
+    pub gtid: GlobalTxId,
+    pub txid: TxId,
+    pub sender: Sender,
+    pub position: u64,
+    pub payload: serde_json::Value,
+    pub digest: Digest,
+    pub staged: S,
+    pub keys: Vec<String>,
+    pub started_at_ms: u64,
 }
 
 /// An attempt seen here for the first time, with its payload's encoded size and digest.

@@ -18,8 +18,8 @@ use protocol::digest::Digest;
 use protocol::limits::REASON_LEN_MAX;
 use protocol::{GlobalTxId, TxId, Vote};
 
-use super::phases::{Sender, truncate};
-use super::{Command, Engine, PreparedTx, Reply};
+use super::phases::{Holding, Sender, truncate};
+use super::{Command, Engine, Reply};
 use crate::record::Record;
 use crate::resource::Resource;
 use crate::tombstones::Ended;
@@ -262,40 +262,23 @@ impl<R: Resource> Engine<R> {
             requests,
             ..
         } = waiter;
-        self.locks.take(&gtid, &keys);
-        self.prepared.insert(
-            gtid.clone(),
-            PreparedTx {
-                txid: txid.clone(),
-                coordinator_id: sender.coordinator_id.clone(),
-                epoch: sender.epoch,
-                incarnation: sender.incarnation,
+        // The yes is a promise: the Deliver follows the forced record in this list.
+        let record = self.hold(
+            Holding {
+                gtid,
+                txid,
+                sender,
                 position,
-                payload: payload.clone(),
+                payload,
                 digest,
                 staged,
                 keys,
-                prepared_at_ms: now_ms,
                 started_at_ms: order.0,
-                next_ask_at_ms: now_ms.saturating_add(self.config.in_doubt_after_ms),
-                asks: 0,
-                asking: false,
-                last_answer: None,
             },
+            now_ms,
         );
-        // The yes is a promise: the Deliver follows the forced record in this list.
         out.push(Command::Log {
-            record: Record::Prepared {
-                gtid,
-                txid,
-                coordinator_id: sender.coordinator_id,
-                epoch: sender.epoch,
-                incarnation: sender.incarnation,
-                position,
-                payload,
-                prepared_at_ms: now_ms,
-                started_at_ms: Some(order.0),
-            },
+            record,
             forced: true,
         });
         deliver_all(out, requests, &Reply::Vote(Vote::Yes));
