@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod disk_faults;
 pub mod node;
 pub mod oracle;
+pub mod ports;
 pub mod proxy;
 pub mod scenario;
 pub mod sim;

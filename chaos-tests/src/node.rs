@@ -5,19 +5,12 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port. The listener is dropped at once; services bind with SO_REUSEADDR, and
-/// a port is reused across restarts of the same node so its peers can keep its URL.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
-}
+pub use crate::ports::free_port;
 
 /// What to start: the binary, its arguments, extra environment, and where it listens.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@
 //! Sync on purpose: node control blocks (start, wait, kill), and the proxies and workload run
 //! on the cluster's own multi-thread runtime, so they keep running while the test thread waits.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -19,6 +20,9 @@ use crate::node::Node;
 use crate::oracle::{self, AuditReport, ClientOutcome, ClusterUrls, Totals};
 use crate::proxy::{FaultProxy, ProxyHandle, ProxyOptions};
 use crate::workload::{self, OrderResult, WorkloadOptions};
+
+/// The signal `std::process::abort()` ends a process with: what every crash point does.
+const SIGABRT: i32 = 6;
 
 /// The coordinator's node name (participants go by their own names).
 pub const COORDINATOR: &str = "coordinator";
@@ -327,8 +331,11 @@ impl ChaosCluster {
     pub fn wait_crash(&mut self, name: &str, timeout: Duration) -> ExitStatus {
         let node = self.node(name);
         match node.wait_exit(timeout) {
-            Some(status) if !status.success() => status,
-            Some(status) => panic!("{name} exited with {status}, not at a crash point"),
+            Some(status) if status.signal() == Some(SIGABRT) => status,
+            Some(status) => panic!(
+                "{name} exited with {status}, not at a crash point (abort); log:\n{}",
+                tail(&node.log(), 40)
+            ),
             None => panic!(
                 "{name} never reached its crash point within {timeout:?}; log:\n{}",
                 tail(&node.log(), 40)
