@@ -62,6 +62,19 @@ async fn prepare(app: &Router, txid: &str, ops: Value) -> (StatusCode, Value) {
     call(app, "POST", "/2pc/prepare", Some(body)).await
 }
 
+/// A prepare that names its start time, as the coordinator does: lock waits order attempts by
+/// it, and one left to the arrival clock ties with another in the same millisecond.
+async fn prepare_started_at(
+    app: &Router,
+    txid: &str,
+    ops: Value,
+    started_at_ms: u64,
+) -> (StatusCode, Value) {
+    let mut body = prepare_body(txid, json!({"ops": ops}));
+    body["started_at_ms"] = json!(started_at_ms);
+    call(app, "POST", "/2pc/prepare", Some(body)).await
+}
+
 async fn decide(app: &Router, what: &str, txid: &str) -> (StatusCode, Value) {
     let body = serde_json::to_value(common::decision(txid, 1)).unwrap();
     call(app, "POST", &format!("/2pc/{what}"), Some(body)).await
@@ -181,10 +194,11 @@ async fn each_reason_for_a_no_vote() {
 async fn lock_conflict_and_committed_only_reads() {
     let kv = kv(json!({"stock": 10}));
     let app = &kv.app;
-    let (_, vote) = prepare(
+    let (_, vote) = prepare_started_at(
         app,
         "holder",
         json!([{"op": "add", "key": "stock", "delta": -3}]),
+        1_000,
     )
     .await;
     assert_eq!(vote, json!({"vote": "yes"}));
@@ -195,12 +209,15 @@ async fn lock_conflict_and_committed_only_reads() {
     let holder = common::gtid("holder");
     assert_eq!(prepared["prepared"][0]["gtid"], holder.as_str());
     assert_eq!(prepared["prepared"][0]["keys"], json!(["stock"]));
-    let reason = no_reason(
+    let (status, vote) = prepare_started_at(
         app,
         "other",
         json!([{"op": "put", "key": "stock", "value": 1}]),
+        2_000,
     )
     .await;
+    assert_eq!((status, &vote["vote"]), (StatusCode::OK, &json!("no")), "{vote}");
+    let reason = vote["reason"].as_str().unwrap_or_default();
     // It waited for the (older) holder until its deadline, with no decision coming.
     assert!(
         reason.starts_with("lock_timeout:")
