@@ -45,7 +45,10 @@ pub fn free_port() -> u16 {
             .push(lock);
         return port;
     }
-    panic!("no free loopback port in {low}..{high} (lock files in {})", dir.display());
+    panic!(
+        "no free loopback port in {low}..{high} (lock files in {})",
+        dir.display()
+    );
 }
 
 /// `[low, high)`: the ports just below the kernel's ephemeral range.
@@ -84,6 +87,10 @@ mod tests {
         let mut unique = ports.clone();
         unique.sort_unstable();
         unique.dedup();
-        assert_eq!(unique.len(), ports.len(), "a port was handed out twice: {ports:?}");
+        assert_eq!(
+            unique.len(),
+            ports.len(),
+            "a port was handed out twice: {ports:?}"
+        );
     }
 }

@@ -216,7 +216,11 @@ async fn lock_conflict_and_committed_only_reads() {
         2_000,
     )
     .await;
-    assert_eq!((status, &vote["vote"]), (StatusCode::OK, &json!("no")), "{vote}");
+    assert_eq!(
+        (status, &vote["vote"]),
+        (StatusCode::OK, &json!("no")),
+        "{vote}"
+    );
     let reason = vote["reason"].as_str().unwrap_or_default();
     // It waited for the (older) holder until its deadline, with no decision coming.
     assert!(
