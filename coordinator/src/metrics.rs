@@ -117,6 +117,8 @@ pub struct Sampled {
     pub index: Option<crate::outcomes::IndexStats>,
     /// The configured retention window (for the effective window when the index is unread).
     pub retention_ms: u64,
+    /// The wall clock at the scrape, for ages.
+    pub now_ms: u64,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
@@ -198,6 +200,13 @@ impl Metrics {
             "twopc_coordinator_pending_acks",
             "Participants that have not acknowledged a durable decision.",
             g.pending_acks,
+        );
+        gauge(
+            &mut out,
+            "twopc_coordinator_oldest_pending_ack_age_ms",
+            "Age of the oldest durable decision some participant has not acknowledged (0: none).",
+            g.oldest_pending_ack_decided_at_ms
+                .map_or(0, |at| sampled.now_ms.saturating_sub(at)),
         );
         counter(
             &mut out,
@@ -385,5 +394,31 @@ mod tests {
         ] {
             assert!(out.contains(needle), "{needle} missing in\n{out}");
         }
+    }
+
+    #[test]
+    fn the_oldest_pending_ack_is_shown_as_an_age_at_the_scrape() {
+        let m = Metrics::default();
+        let none = m.render(Sampled {
+            now_ms: 10_000,
+            ..Sampled::default()
+        });
+        assert!(
+            none.contains("twopc_coordinator_oldest_pending_ack_age_ms 0\n"),
+            "{none}"
+        );
+        let some = m.render(Sampled {
+            now_ms: 10_000,
+            gauges: Gauges {
+                pending_acks: 2,
+                oldest_pending_ack_decided_at_ms: Some(7_500),
+                ..Gauges::default()
+            },
+            ..Sampled::default()
+        });
+        assert!(
+            some.contains("twopc_coordinator_oldest_pending_ack_age_ms 2500\n"),
+            "{some}"
+        );
     }
 }

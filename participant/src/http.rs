@@ -108,6 +108,9 @@ impl<R: Resource> Participant<R> {
             tombstones: engine.tombstones_len(),
             lock_waiters: engine.waiting_len(),
             log_failed: false,
+            oldest_prepared_age_ms: engine
+                .oldest_prepared_at_ms()
+                .map_or(0, |at| crate::service::now_ms().saturating_sub(at)),
         });
         let gauges = Gauges {
             log_failed: self.is_failed(),

@@ -76,6 +76,8 @@ pub(crate) struct Gauges {
     pub tombstones: usize,
     pub lock_waiters: usize,
     pub log_failed: bool,
+    /// How long the oldest prepared attempt has held its locks, in ms (0: none prepared).
+    pub oldest_prepared_age_ms: u64,
 }
 
 impl Metrics {
@@ -217,6 +219,12 @@ impl Metrics {
             "gauge",
             "Prepares queued for locks now.",
             &[("", as_u64(gauges.lock_waiters))],
+        );
+        metric(
+            "twopc_participant_oldest_prepared_age_ms",
+            "gauge",
+            "How long the oldest prepared (in-doubt) transaction has held its locks, in ms (0: none).",
+            &[("", gauges.oldest_prepared_age_ms)],
         );
         metric(
             "twopc_participant_log_failed",

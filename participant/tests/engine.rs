@@ -375,6 +375,23 @@ fn invalid_and_oversize_payloads_are_errors_not_votes() {
 }
 
 #[test]
+fn the_oldest_prepared_attempt_is_known_until_it_is_decided() {
+    let mut e = engine();
+    assert_eq!(e.oldest_prepared_at_ms(), None);
+    p(&mut e, "t1", 1, add("a", 1)); // prepared at 10 ms
+    e.step(Event::Prepare {
+        request: prepare("t2", 1, add("b", 1)),
+        now_ms: 40,
+        waiter: 1,
+    });
+    assert_eq!(e.oldest_prepared_at_ms(), Some(10));
+    commit(&mut e, "t1", 1);
+    assert_eq!(e.oldest_prepared_at_ms(), Some(40), "t2 is now the oldest");
+    commit(&mut e, "t2", 1);
+    assert_eq!(e.oldest_prepared_at_ms(), None);
+}
+
+#[test]
 fn in_doubt_asks_with_backoff_and_never_decides_alone() {
     let mut e = engine();
     p(&mut e, "t1", 1, add("a", 1)); // prepared at 10 ms

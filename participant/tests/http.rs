@@ -167,6 +167,12 @@ async fn health_readiness_and_metrics() {
     );
     assert!(text.contains("twopc_participant_prepared 1"), "{text}");
     assert!(text.contains("twopc_participant_locked_keys 1"), "{text}");
+    let age: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("twopc_participant_oldest_prepared_age_ms "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no oldest prepared age in\n{text}"));
+    assert!(age < 60_000, "t1 was prepared just now, not {age} ms ago");
     assert!(
         text.contains("# TYPE twopc_wal_fsyncs_total counter"),
         "{text}"

@@ -139,6 +139,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
                 wal_records: wal.records_appended,
                 index: core.index_stats().ok(),
                 retention_ms: core.config().retention_ms,
+                now_ms: crate::runtime::now_ms(),
             }
         }
         None => Sampled::default(),

@@ -591,6 +591,7 @@ fn an_abort_is_owed_only_to_yes_voters() {
         "{ended:?}"
     );
     assert_eq!(engine.gauges().pending_acks, 0);
+    assert_eq!(engine.gauges().oldest_pending_ack_decided_at_ms, None);
     // A participant that prepared after all (its vote was lost) asks and hears abort.
     assert_eq!(ask(&engine, "t", &first()), DecisionStatus::Abort);
 }
@@ -750,6 +751,13 @@ fn pending_acks_and_attempts_are_visible() {
     ));
     assert_eq!(engine.gauges().pending_acks, 1);
     assert_eq!(engine.gauges().committing, 1);
+    let decided_at = engine.status(&id("t")).unwrap().decided_at_ms;
+    assert!(decided_at.is_some());
+    assert_eq!(
+        engine.gauges().oldest_pending_ack_decided_at_ms,
+        decided_at,
+        "the age of a stuck phase two is visible"
+    );
     assert_eq!(engine.retrying(), 1);
     let status = engine.status(&id("t")).unwrap();
     let b = &status.participants[1];

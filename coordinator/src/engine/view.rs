@@ -49,6 +49,9 @@ pub struct Gauges {
     pub retained: u64,
     /// Participants that have not acknowledged a durable decision.
     pub pending_acks: u64,
+    /// When the oldest decision still waiting for an acknowledgement was made: what an alert
+    /// on stuck phase two looks at (a count alone cannot tell a backlog from a stuck one).
+    pub oldest_pending_ack_decided_at_ms: Option<u64>,
 }
 
 impl Engine {
@@ -241,8 +244,16 @@ impl Engine {
                 TransactionState::Aborting => gauges.aborting += 1,
                 TransactionState::Committed | TransactionState::Aborted => {}
             }
-            if let Phase::Decided(_) = tx.phase {
-                gauges.pending_acks += tx.parts.iter().filter(|p| !p.acked).count() as u64;
+            if let Phase::Decided(decided) = &tx.phase {
+                let unacked = tx.parts.iter().filter(|p| !p.acked).count() as u64;
+                gauges.pending_acks += unacked;
+                if unacked > 0 {
+                    gauges.oldest_pending_ack_decided_at_ms = Some(
+                        gauges
+                            .oldest_pending_ack_decided_at_ms
+                            .map_or(decided.decided_at_ms, |t| t.min(decided.decided_at_ms)),
+                    );
+                }
             }
         }
         gauges

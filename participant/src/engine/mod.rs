@@ -72,6 +72,12 @@ impl<R: Resource> Engine<R> {
         self.prepared.len()
     }
 
+    /// When the longest-held prepared attempt was prepared: its locks have been held since
+    /// (what an in-doubt alert looks at).
+    pub fn oldest_prepared_at_ms(&self) -> Option<u64> {
+        self.prepared.values().map(|p| p.prepared_at_ms).min()
+    }
+
     pub fn locks_len(&self) -> usize {
         self.locks.len()
     }
