@@ -5,13 +5,16 @@
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use protocol::kv::PreparedList;
 use protocol::limits::BODY_BYTES_MAX;
-use protocol::{AckResponse, DecisionRequest, ErrorBody, ErrorCode, PrepareRequest, Vote, routes};
+use protocol::operator::AttemptStatus;
+use protocol::{
+    AckResponse, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote, routes,
+};
 use serde::de::DeserializeOwned;
 
 use crate::metrics::Gauges;
@@ -94,6 +97,7 @@ impl<R: Resource> Participant<R> {
             .route(routes::COMMIT, post(commit::<R>))
             .route(routes::ABORT, post(abort::<R>))
             .route(routes::PREPARED, get(prepared::<R>))
+            .route(routes::ATTEMPT, get(attempt::<R>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
@@ -183,6 +187,18 @@ async fn prepared<R: Resource>(
     axum::Json(PreparedList {
         prepared: participant.prepared_list(),
     })
+}
+
+/// What this participant holds of one attempt: operators' evidence for a resolve.
+async fn attempt<R: Resource>(
+    State(participant): State<Participant<R>>,
+    Path(gtid): Path<String>,
+) -> Result<axum::Json<AttemptStatus>, ApiError> {
+    let gtid = GlobalTxId::new(gtid)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidId, format!("gtid: {e}")))?;
+    Ok(axum::Json(
+        participant.with_engine(|engine| engine.attempt_status(&gtid)),
+    ))
 }
 
 async fn healthz() -> axum::Json<serde_json::Value> {

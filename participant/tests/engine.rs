@@ -1121,3 +1121,39 @@ fn an_attempt_whose_tombstone_expired_is_never_prepared_again() {
     );
     assert_eq!(e.resource().applied, 2);
 }
+
+#[test]
+fn an_attempt_is_told_as_prepared_committed_aborted_refused_forgotten_or_unknown() {
+    use protocol::operator::AttemptState;
+    let mut e = Engine::new(
+        EngineConfig {
+            tombstone_retention_ms: 50,
+            ..no_wait()
+        },
+        Tally::default(),
+    );
+    let state = |e: &Engine<Tally>, txid: &str| e.attempt_status(&gtid(txid)).state;
+    assert_eq!(state(&e, "never"), AttemptState::Unknown);
+    p(&mut e, "held", 1, add("a", 1));
+    let held = e.attempt_status(&gtid("held"));
+    assert_eq!(held.state, AttemptState::Prepared);
+    assert_eq!(held.txid, Some(tx("held")));
+    assert_eq!(held.prepared_at_ms, Some(10));
+    p(&mut e, "done", 1, add("b", 1));
+    commit(&mut e, "done", 1);
+    assert_eq!(state(&e, "done"), AttemptState::Committed);
+    p(&mut e, "undone", 1, add("c", 1));
+    abort(&mut e, "undone", 1);
+    assert_eq!(state(&e, "undone"), AttemptState::Aborted);
+    p(&mut e, "no", 1, add("d", -1));
+    assert_eq!(state(&e, "no"), AttemptState::Refused);
+    // Retention drops the tombstones: the participant cannot say how they ended any more.
+    e.step(Event::Tick { now_ms: 10_000 });
+    assert_eq!(state(&e, "done"), AttemptState::Forgotten);
+    assert_eq!(state(&e, "undone"), AttemptState::Forgotten);
+    assert_eq!(
+        state(&e, "held"),
+        AttemptState::Prepared,
+        "prepared is never dropped"
+    );
+}

@@ -53,6 +53,19 @@ pub enum ErrorCode {
     /// coordinator as its bounds allow (an outage, most likely). Nothing was begun; the answer
     /// carries `Retry-After`.
     Overloaded,
+    /// Operator resolve: the coordinator decides this attempt itself (it is live, decided,
+    /// or presumed aborted), or it was resolved already; nothing to resolve.
+    NotInDoubt,
+    /// Operator resolve: the decision would contradict a logged decision or a participant's
+    /// state (the answer carries the evidence).
+    ContradictsEvidence,
+    /// Operator resolve: the evidence cannot prove the decision safe (a participant could not
+    /// be asked, forgot the attempt, or the attempt's participants are not known).
+    InsufficientEvidence,
+    /// Operator retry: nothing is pending for that transaction or participant.
+    NotPending,
+    /// An operator action without an operator name or reason, or with one too long.
+    InvalidOperator,
     /// Recovery has not finished.
     NotReady,
     /// The log failed (write or fsync error); the process takes no more writes.
@@ -86,6 +99,11 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::UnknownRoute => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::NotInDoubt => 409,
+            ErrorCode::ContradictsEvidence => 409,
+            ErrorCode::InsufficientEvidence => 409,
+            ErrorCode::NotPending => 409,
+            ErrorCode::InvalidOperator => 422,
             ErrorCode::NotReady => 503,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
@@ -116,6 +134,11 @@ impl ErrorCode {
             ErrorCode::IncarnationConflict => "incarnation_conflict",
             ErrorCode::LogBehind => "log_behind",
             ErrorCode::Overloaded => "overloaded",
+            ErrorCode::NotInDoubt => "not_in_doubt",
+            ErrorCode::ContradictsEvidence => "contradicts_evidence",
+            ErrorCode::InsufficientEvidence => "insufficient_evidence",
+            ErrorCode::NotPending => "not_pending",
+            ErrorCode::InvalidOperator => "invalid_operator",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",

@@ -11,6 +11,7 @@ pub mod ids;
 pub mod kv;
 pub mod limits;
 pub mod messages;
+pub mod operator;
 pub mod routes;
 pub mod transaction;
 

@@ -7,6 +7,12 @@ pub const TRANSACTION: &str = "/v1/transactions/{id}";
 /// Coordinator: the decision for participants in doubt. Axum path syntax.
 pub const TRANSACTION_DECISION: &str = "/v1/transactions/{id}/decision";
 
+/// Coordinator, operators: resolve an attempt in doubt, retry deliveries now, the audit trail.
+pub const TRANSACTION_RESOLVE: &str = "/v1/transactions/{id}/resolve";
+pub const TRANSACTION_RETRY: &str = "/v1/transactions/{id}/retry";
+pub const PARTICIPANT_RETRY: &str = "/v1/participants/{name}/retry";
+pub const AUDIT: &str = "/v1/audit";
+
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";
 pub const COMMIT: &str = "/2pc/commit";
@@ -16,6 +22,13 @@ pub const ABORT: &str = "/2pc/abort";
 pub const KV_KEY: &str = "/v1/kv/{key}";
 /// Reference participant: in-doubt transactions.
 pub const PREPARED: &str = "/v1/prepared";
+/// Participant: what it holds of one attempt (operators' evidence). Axum path syntax.
+pub const ATTEMPT: &str = "/v1/attempts/{gtid}";
+
+/// The URL path of a participant's evidence about one attempt.
+pub fn attempt_path(gtid: &crate::GlobalTxId) -> String {
+    format!("/v1/attempts/{gtid}")
+}
 
 /// Both services.
 pub const HEALTHZ: &str = "/healthz";

@@ -19,12 +19,13 @@ mod waits;
 use std::collections::BTreeMap;
 
 use protocol::kv::PreparedEntry;
+use protocol::operator::{AttemptState, AttemptStatus};
 use protocol::{CoordinatorId, GlobalTxId, Incarnation};
 
 use crate::locks::Locks;
 use crate::record::Fence;
 use crate::resource::Resource;
-use crate::tombstones::Tombstones;
+use crate::tombstones::{Ended, Tombstones};
 use waits::Waits;
 
 pub use crate::rejection::Rejection;
@@ -70,6 +71,33 @@ impl<R: Resource> Engine<R> {
 
     pub fn prepared_len(&self) -> usize {
         self.prepared.len()
+    }
+
+    /// What this participant holds of one attempt: the evidence an operator resolves from.
+    /// Prepared first (a prepared attempt has no tombstone), then how it ended, then whether
+    /// retention may have dropped its tombstone.
+    pub fn attempt_status(&self, gtid: &GlobalTxId) -> AttemptStatus {
+        if let Some(prepared) = self.prepared.get(gtid) {
+            return AttemptStatus {
+                gtid: gtid.clone(),
+                state: AttemptState::Prepared,
+                txid: Some(prepared.txid.clone()),
+                prepared_at_ms: Some(prepared.prepared_at_ms),
+            };
+        }
+        let state = match self.tombstones.get(gtid).map(|r| &r.ended) {
+            Some(Ended::Committed) => AttemptState::Committed,
+            Some(Ended::Aborted) => AttemptState::Aborted,
+            Some(Ended::Refused { .. }) => AttemptState::Refused,
+            None if self.tombstones.may_have_forgotten(gtid) => AttemptState::Forgotten,
+            None => AttemptState::Unknown,
+        };
+        AttemptStatus {
+            gtid: gtid.clone(),
+            state,
+            txid: None,
+            prepared_at_ms: None,
+        }
     }
 
     /// When the longest-held prepared attempt was prepared: its locks have been held since

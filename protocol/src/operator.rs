@@ -1,0 +1,152 @@
+//! Wire types of the operator actions: the evidence about one attempt, resolving an attempt the
+//! coordinator cannot decide on its own, retrying deliveries now, and the audit trail that
+//! records each action.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Decision, ErrorCode, GlobalTxId, ParticipantName, TxId};
+
+/// What a participant holds of one attempt (`GET {base}/v1/attempts/{gtid}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    /// Voted yes and waits for the decision, holding its locks.
+    Prepared,
+    Committed,
+    Aborted,
+    /// Voted no: nothing was staged; it can never commit here.
+    Refused,
+    /// It ended here, but its record was dropped by retention: committed or aborted, unknown.
+    Forgotten,
+    /// Never seen here: no prepare arrived (or an abort overtook it before any record).
+    Unknown,
+}
+
+/// A participant's answer about one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptStatus {
+    pub gtid: GlobalTxId,
+    pub state: AttemptState,
+    /// The client id it was prepared under, while it is prepared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txid: Option<TxId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_at_ms: Option<u64>,
+}
+
+/// `POST /v1/transactions/{id}/resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    pub decision: Decision,
+    pub operator: String,
+    pub reason: String,
+    /// The attempt, when the id has several in doubt (otherwise found from the evidence).
+    #[serde(default)]
+    pub gtid: Option<GlobalTxId>,
+    /// Every participant the attempt named, when the coordinator's log no longer holds it (the
+    /// restore case): a commit needs each of them prepared, or one committed.
+    #[serde(default)]
+    pub participants: Option<Vec<ParticipantName>>,
+}
+
+/// `POST /v1/transactions/{id}/retry` and `POST /v1/participants/{name}/retry` (body optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The answer of a retry action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryResponse {
+    /// Phase-two deliveries started now instead of at their backoff timer.
+    pub retried: u64,
+    pub audit_seq: u64,
+}
+
+/// One participant's part of the evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParticipantEvidence {
+    pub participant: ParticipantName,
+    /// `None` when the participant could not be asked (`error` says why).
+    pub state: Option<AttemptState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Everything known about one attempt when an operator acted on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub id: TxId,
+    pub gtid: GlobalTxId,
+    /// What the coordinator's own log says: `commit`, `abort`, `pending` or `unknown: <why>`.
+    pub coordinator: String,
+    /// The participants the attempt named, when known (from the log or the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named: Option<Vec<ParticipantName>>,
+    pub participants: Vec<ParticipantEvidence>,
+}
+
+/// The answer of a resolve that was accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveResponse {
+    pub id: TxId,
+    pub gtid: GlobalTxId,
+    pub decision: Decision,
+    pub audit_seq: u64,
+    pub evidence: Evidence,
+}
+
+/// A refused operator action: the error and the evidence it was judged on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusalBody {
+    pub error: ErrorCode,
+    pub message: String,
+    pub evidence: Evidence,
+}
+
+/// What an audited action did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum AuditAction {
+    Resolve {
+        id: TxId,
+        gtid: GlobalTxId,
+        decision: Decision,
+        evidence: Evidence,
+    },
+    RetryTransaction {
+        id: TxId,
+        retried: u64,
+    },
+    RetryParticipant {
+        participant: ParticipantName,
+        retried: u64,
+    },
+}
+
+/// One audit record (`GET /v1/audit`): who did what, when, why, and what was known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Increases by one per action, for ever (across restarts).
+    pub seq: u64,
+    pub at_ms: u64,
+    pub operator: String,
+    pub reason: String,
+    #[serde(flatten)]
+    pub action: AuditAction,
+}
+
+/// `GET /v1/audit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditList {
+    pub audit: Vec<AuditEntry>,
+}
+
+/// Longest operator name and reason accepted, in bytes.
+pub const OPERATOR_LEN_MAX: usize = 128;
+pub const REASON_LEN_MAX: usize = 1024;
