@@ -3,6 +3,7 @@
 mod async_main;
 mod audit_cmd;
 mod bench;
+mod ctl;
 mod demo;
 mod latency;
 mod metrics_text;
@@ -46,6 +47,8 @@ enum Command {
     /// One process of `twopc bench`'s HTTP floor cluster (started by the bench itself).
     #[command(hide = true)]
     BenchFloorNode(bench::floor::NodeArgs),
+    /// Operators: list, show (with each participant's evidence), retry, resolve, audit.
+    Ctl(ctl::Args),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args),
         Command::BenchFloorNode(args) => bench::floor::main(args),
         Command::Audit(args) => audit_cmd::main(args),
+        Command::Ctl(args) => ctl::main(args),
     }
 }
 

@@ -210,6 +210,138 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         (1, 1),
         "warm-up applied, the refused order nowhere, X neither"
     );
+
+    // e. An operator resolves X from the evidence (docs/operations.md): abort is refused,
+    // because inventory and payments committed it; commit is accepted and audited, and
+    // shipping applies it when it next asks.
+    let coordinator = chaos.cluster.coordinator_url();
+    let (code, _, refused) = ctl(
+        &coordinator,
+        &[
+            "resolve",
+            &x.id,
+            "--decision",
+            "abort",
+            "--reason",
+            "restore",
+        ],
+    );
+    assert_eq!(code, Some(1), "abort contradicts the evidence: {refused}");
+    assert!(
+        refused.contains("contradicts_evidence") && refused.contains("committed this attempt"),
+        "the refusal names the evidence: {refused}"
+    );
+    let (code, shown, err) = ctl(&coordinator, &["--json", "show", &x.id]);
+    assert_eq!(code, Some(0), "{err}");
+    let shown: Value = serde_json::from_str(&shown).expect("show --json prints JSON");
+    let states: Vec<&str> = shown["evidence"]["participants"]
+        .as_array()
+        .expect("participants")
+        .iter()
+        .map(|p| p["state"].as_str().unwrap_or("not asked"))
+        .collect();
+    assert_eq!(
+        states,
+        ["committed", "committed", "prepared"],
+        "inventory, payments, shipping: {shown}"
+    );
+    assert!(
+        shown["evidence"]["coordinator"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("unknown")),
+        "{shown}"
+    );
+    let (code, resolved, err) = ctl(
+        &coordinator,
+        &[
+            "resolve",
+            &x.id,
+            "--decision",
+            "commit",
+            "--reason",
+            "restored coordinator; X committed at inventory and payments",
+            "--operator",
+            "ana",
+        ],
+    );
+    assert_eq!(code, Some(0), "{resolved}{err}\n{}", chaos.logs());
+    assert!(resolved.contains("as commit (audit #1)"), "{resolved}");
+    let view = wait_view(&chaos, &x, |v| v.applied_everywhere());
+    assert!(view.prepared_nowhere(), "{view:?}");
+    let status = view.coordinator.expect("the resolution is X's status now");
+    assert_eq!(status.outcome, Some(Outcome::Committed), "{status:?}");
+    assert!(
+        status
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("resolved by operator ana (audit #1)")),
+        "{status:?}"
+    );
+    let report = chaos.audit(SETTLE);
+    assert!(
+        report.all_ok(),
+        "after the resolution every invariant holds, liveness included:\n{}",
+        report.failures()
+    );
+    assert_eq!((report.applied, report.absent), (2, 1));
+
+    // The resolution and its audit record survive a restart; a second one is refused.
+    chaos.restart_no_wait(COORDINATOR, Vec::new());
+    let deadline = Instant::now() + WAIT;
+    let audit = loop {
+        let (code, out, _) = ctl(&coordinator, &["--json", "audit"]);
+        if code == Some(0) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "ctl audit never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let audit: Value = serde_json::from_str(&audit).expect("audit --json prints JSON");
+    let entry = &audit["audit"][0];
+    assert_eq!(
+        (
+            entry["seq"].as_u64(),
+            entry["action"].as_str(),
+            entry["operator"].as_str(),
+            entry["decision"].as_str(),
+            entry["gtid"].as_str()
+        ),
+        (
+            Some(1),
+            Some("resolve"),
+            Some("ana"),
+            Some("commit"),
+            Some(gtid.as_str())
+        ),
+        "{audit}"
+    );
+    let (code, _, again) = ctl(
+        &coordinator,
+        &[
+            "resolve",
+            &x.id,
+            "--decision",
+            "commit",
+            "--reason",
+            "twice",
+        ],
+    );
+    assert_eq!(code, Some(1), "{again}");
+    assert!(again.contains("not_in_doubt"), "{again}");
+}
+
+/// Runs `twopc ctl --coordinator URL ARGS...`: exit code, stdout, stderr.
+fn ctl(coordinator: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(failpoints_binary())
+        .args(["ctl", "--coordinator", coordinator])
+        .args(args)
+        .output()
+        .expect("running twopc ctl");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// Waits until shipping has had at least [`QUERIES`] decision queries about X answered since

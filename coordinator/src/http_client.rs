@@ -129,22 +129,43 @@ impl Endpoint {
         timeout: Duration,
     ) -> Result<Answer, CallError> {
         let body = Bytes::from(json);
-        tokio::time::timeout(timeout, self.post_with_one_retry(path, body))
-            .await
-            .unwrap_or(Err(CallError::Timeout(timeout)))
+        tokio::time::timeout(
+            timeout,
+            self.call_with_one_retry(hyper::Method::POST, path, body),
+        )
+        .await
+        .unwrap_or(Err(CallError::Timeout(timeout)))
     }
 
-    async fn post_with_one_retry(&self, path: &str, body: Bytes) -> Result<Answer, CallError> {
+    /// GETs `path` and reads the answer, all within `timeout` (operators' evidence).
+    pub async fn get(&self, path: &str, timeout: Duration) -> Result<Answer, CallError> {
+        tokio::time::timeout(
+            timeout,
+            self.call_with_one_retry(hyper::Method::GET, path, Bytes::new()),
+        )
+        .await
+        .unwrap_or(Err(CallError::Timeout(timeout)))
+    }
+
+    async fn call_with_one_retry(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Answer, CallError> {
         let (sender, reused) = match self.take_idle() {
             Some(sender) => (sender, true),
             None => (self.connect().await?, false),
         };
-        match self.exchange(sender, path, body.clone()).await {
+        match self
+            .exchange(sender, method.clone(), path, body.clone())
+            .await
+        {
             Err(CallError::Exchange { source, .. })
                 if reused && (source.is_canceled() || source.is_incomplete_message()) =>
             {
                 let fresh = self.connect().await?;
-                self.exchange(fresh, path, body).await
+                self.exchange(fresh, method, path, body).await
             }
             result => result,
         }
@@ -153,10 +174,13 @@ impl Endpoint {
     async fn exchange(
         &self,
         mut sender: SendRequest<Full<Bytes>>,
+        method: hyper::Method,
         path: &str,
         body: Bytes,
     ) -> Result<Answer, CallError> {
-        let request = hyper::Request::post(path)
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
             .header(hyper::header::HOST, self.authority.as_str())
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))

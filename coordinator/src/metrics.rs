@@ -91,6 +91,10 @@ pub struct Metrics {
     pub archive_failures: AtomicU64,
     /// Outcome index lookups that failed (the request got 503).
     pub index_read_failures: AtomicU64,
+    /// Operator actions carried out (each one an audit record).
+    pub operator_actions: AtomicU64,
+    /// Phase-two deliveries an operator started before their backoff timer.
+    pub operator_retries: AtomicU64,
 }
 
 /// One participant's share of the coordinator's work, for the per-participant gauges.
@@ -237,6 +241,18 @@ impl Metrics {
             "twopc_coordinator_overloaded_total",
             "Requests refused with 503 overloaded by admission control.",
             self.overloaded.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_operator_actions_total",
+            "Operator actions carried out (resolve, retry), each one an audit record in the log.",
+            self.operator_actions.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_operator_retries_total",
+            "Phase-two deliveries an operator started at once instead of at their backoff timer.",
+            self.operator_retries.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

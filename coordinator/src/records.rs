@@ -11,6 +11,8 @@ use protocol::{
 };
 
 use crate::digest::Digest;
+pub use crate::engine::ResolvedAttempt;
+use protocol::operator::AuditEntry;
 
 /// WAL record types owned by the coordinator (1..=127 per the WAL contract).
 pub mod record_type {
@@ -20,6 +22,8 @@ pub mod record_type {
     pub const ACK: u8 = 4;
     pub const END: u8 = 5;
     pub const BEHIND: u8 = 6;
+    /// 30..=39: operator actions.
+    pub const AUDIT: u8 = 30;
 }
 
 /// One logged fact.
@@ -39,6 +43,9 @@ pub enum LogRecord {
     /// Participants proved this log is behind what they saw (forced, not awaited): new work
     /// stays refused across restarts, when a higher epoch would hide the evidence.
     Behind(BehindRecord),
+    /// An operator action (forced before it is answered or takes effect): who, when, why,
+    /// what was known. A resolution is answered to participants in doubt from then on.
+    Audit(AuditEntry),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +155,15 @@ pub struct Snapshot {
     pub behind: Option<BehindRecord>,
     /// Ended outcomes still staged (not yet durable in the outcome index).
     pub retained: Vec<Retained>,
+    /// Every attempt an operator resolved (answered to participants for ever).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<ResolvedAttempt>,
+    /// The newest operator actions (`AUDIT_KEPT`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
+    /// The sequence number after the last operator action.
+    #[serde(default)]
+    pub audit_next_seq: u64,
 }
 
 /// A record or snapshot whose bytes passed the WAL's CRC but do not mean anything to us.
@@ -174,6 +190,7 @@ impl LogRecord {
             LogRecord::Ack(_) => record_type::ACK,
             LogRecord::End(_) => record_type::END,
             LogRecord::Behind(_) => record_type::BEHIND,
+            LogRecord::Audit(_) => record_type::AUDIT,
         }
     }
 
@@ -186,6 +203,7 @@ impl LogRecord {
             LogRecord::Ack(r) => serde_json::to_vec(r),
             LogRecord::End(r) => serde_json::to_vec(r),
             LogRecord::Behind(r) => serde_json::to_vec(r),
+            LogRecord::Audit(r) => serde_json::to_vec(r),
         };
         // These structs hold only strings, numbers and enums: serialization cannot fail.
         encoded.unwrap_or_default()
@@ -204,6 +222,7 @@ impl LogRecord {
             record_type::ACK => serde_json::from_slice(payload).map(LogRecord::Ack),
             record_type::END => serde_json::from_slice(payload).map(LogRecord::End),
             record_type::BEHIND => serde_json::from_slice(payload).map(LogRecord::Behind),
+            record_type::AUDIT => serde_json::from_slice(payload).map(LogRecord::Audit),
             other => {
                 return Err(DecodeError::UnknownType {
                     seq,
@@ -277,6 +296,16 @@ mod tests {
                 evidence: "inventory: incarnation_conflict".into(),
                 at_ms: 10,
             }),
+            LogRecord::Audit(AuditEntry {
+                seq: 1,
+                at_ms: 11,
+                operator: "ana".into(),
+                reason: "inventory came back".into(),
+                action: protocol::operator::AuditAction::RetryParticipant {
+                    participant: name("a"),
+                    retried: 2,
+                },
+            }),
         ];
         for (i, record) in records.iter().enumerate() {
             let back = LogRecord::decode(i as u64, record.record_type(), &record.encode()).unwrap();
@@ -299,8 +328,23 @@ mod tests {
                 decision,
                 ended_at_ms: 5,
             }],
+            resolved: vec![ResolvedAttempt {
+                gtid: attempt_gtid(),
+                txid: TxId::new("t-0").unwrap(),
+                decision: Decision::Abort,
+                audit_seq: 1,
+                at_ms: 4,
+                operator: "ana".into(),
+                reason: "restore".into(),
+            }],
+            audit: vec![],
+            audit_next_seq: 2,
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
+    }
+
+    fn attempt_gtid() -> GlobalTxId {
+        GlobalTxId::new("c-1:000000000000feed:3").unwrap()
     }
 
     #[test]

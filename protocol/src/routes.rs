@@ -8,6 +8,7 @@ pub const TRANSACTION: &str = "/v1/transactions/{id}";
 pub const TRANSACTION_DECISION: &str = "/v1/transactions/{id}/decision";
 
 /// Coordinator, operators: resolve an attempt in doubt, retry deliveries now, the audit trail.
+pub const TRANSACTION_EVIDENCE: &str = "/v1/transactions/{id}/evidence";
 pub const TRANSACTION_RESOLVE: &str = "/v1/transactions/{id}/resolve";
 pub const TRANSACTION_RETRY: &str = "/v1/transactions/{id}/retry";
 pub const PARTICIPANT_RETRY: &str = "/v1/participants/{name}/retry";

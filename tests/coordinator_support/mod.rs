@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use chaos_tests::node::{Node, NodeSpec, free_port};
 use protocol::{DecisionQuery, PrepareRequest, routes};
 use serde_json::{Value, json};
@@ -49,6 +49,9 @@ struct Behaviour {
     vote: VoteMode,
     ack: AckMode,
     received: Vec<Received>,
+    /// What it says about attempts when an operator asks (`/v1/attempts/{gtid}`), set by the
+    /// test: the attempts of a coordinator whose log lost them.
+    attempts: std::collections::BTreeMap<String, (String, &'static str)>,
 }
 
 /// A participant server running in the test process.
@@ -65,11 +68,14 @@ impl TestParticipant {
             vote,
             ack,
             received: Vec::new(),
+            attempts: std::collections::BTreeMap::new(),
         }));
         let app = Router::new()
             .route("/2pc/prepare", post(prepare))
             .route("/2pc/commit", post(commit))
             .route("/2pc/abort", post(abort))
+            .route(routes::ATTEMPT, get(attempt))
+            .route(routes::PREPARED, get(prepared))
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -91,6 +97,16 @@ impl TestParticipant {
 
     pub fn set_ack(&self, ack: AckMode) {
         self.state.lock().unwrap().ack = ack;
+    }
+
+    /// From now on it says it holds attempt `gtid` of `txid` in `state` (`prepared`,
+    /// `committed`, `aborted`, `refused`, `forgotten`), whatever it received.
+    pub fn pretend(&self, txid: &str, gtid: &str, state: &'static str) {
+        self.state
+            .lock()
+            .unwrap()
+            .attempts
+            .insert(gtid.to_string(), (txid.to_string(), state));
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -142,7 +158,60 @@ fn record(state: &Arc<Mutex<Behaviour>>, route: &'static str, body: &Value) -> B
         vote: guard.vote,
         ack: guard.ack,
         received: Vec::new(),
+        attempts: std::collections::BTreeMap::new(),
     }
+}
+
+/// What it holds of an attempt: a pretended state, else what the messages it received imply
+/// (a yes-voted prepare is prepared until a commit or abort for that gtid came). Down (503)
+/// while its acks are down, like the rest of a participant that is down.
+async fn attempt(
+    State(state): Shared,
+    axum::extract::Path(gtid): axum::extract::Path<String>,
+) -> Response {
+    let guard = state.lock().unwrap();
+    if guard.ack == AckMode::Down {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    let said = if let Some((_, pretended)) = guard.attempts.get(&gtid) {
+        *pretended
+    } else {
+        let about = |route: &str| {
+            guard
+                .received
+                .iter()
+                .any(|r| r.route == route && r.body["gtid"] == gtid.as_str())
+        };
+        if about("commit") {
+            "committed"
+        } else if about("abort") {
+            "aborted"
+        } else if about("prepare") {
+            match guard.vote {
+                VoteMode::No => "refused",
+                VoteMode::Yes | VoteMode::Slow(_) | VoteMode::Malformed => "prepared",
+            }
+        } else {
+            "unknown"
+        }
+    };
+    axum::Json(json!({"gtid": gtid, "state": said})).into_response()
+}
+
+/// The pretended attempts that are prepared, as `/v1/prepared` lists them.
+async fn prepared(State(state): Shared) -> Response {
+    let guard = state.lock().unwrap();
+    let prepared: Vec<Value> = guard
+        .attempts
+        .iter()
+        .filter(|(_, (_, state))| *state == "prepared")
+        .map(|(gtid, (txid, _))| {
+            json!({"txid": txid, "gtid": gtid, "coordinator_id": "c-lost", "epoch": 1,
+                   "incarnation": "00000000000000aa", "position": 1, "keys": [],
+                   "prepared_at_ms": 0, "last_answer": null})
+        })
+        .collect();
+    axum::Json(json!({ "prepared": prepared })).into_response()
 }
 
 async fn prepare(State(state): Shared, axum::Json(body): axum::Json<Value>) -> Response {
@@ -228,12 +297,11 @@ impl Coordinator {
             addr.to_string(),
             "--data-dir".to_string(),
             data_dir.display().to_string(),
-            // Fast retries keep the tests short.
-            "--retry-base-ms".to_string(),
-            "20".to_string(),
-            "--retry-max-ms".to_string(),
-            "200".to_string(),
         ];
+        // Fast retries keep the tests short, unless the test sets its own.
+        if !extra.contains(&"--retry-base-ms") {
+            args.extend(["--retry-base-ms", "20", "--retry-max-ms", "200"].map(String::from));
+        }
         for p in participants {
             args.push("--participant".to_string());
             args.push(p.flag());

@@ -2,6 +2,7 @@
 //! doubt, and health, readiness and metrics for operators.
 
 mod error;
+mod operator;
 mod transactions;
 
 #[cfg(test)]
@@ -13,7 +14,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::{ErrorCode, routes};
@@ -29,6 +30,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::TRANSACTIONS),
     ("get", routes::TRANSACTION),
     ("get", routes::TRANSACTION_DECISION),
+    ("get", routes::TRANSACTION_EVIDENCE),
+    ("post", routes::TRANSACTION_RESOLVE),
+    ("post", routes::TRANSACTION_RETRY),
+    ("post", routes::PARTICIPANT_RETRY),
+    ("get", routes::AUDIT),
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
     ("get", routes::METRICS),
@@ -68,6 +74,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route(routes::TRANSACTION, get(transactions::status))
         .route(routes::TRANSACTION_DECISION, get(transactions::decision))
+        .route(routes::TRANSACTION_EVIDENCE, get(operator::evidence))
+        .route(routes::TRANSACTION_RESOLVE, post(operator::resolve))
+        .route(routes::TRANSACTION_RETRY, post(operator::retry_transaction))
+        .route(routes::PARTICIPANT_RETRY, post(operator::retry_participant))
+        .route(routes::AUDIT, get(operator::audit))
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))

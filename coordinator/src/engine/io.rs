@@ -71,6 +71,12 @@ pub enum Event {
         txid: TxId,
         participant: ParticipantName,
     },
+    /// An operator asked for pending deliveries now: of one transaction, to one participant,
+    /// or both (`None` matches all). Only deliveries waiting for their backoff timer start.
+    RetryNow {
+        txid: Option<TxId>,
+        participant: Option<ParticipantName>,
+    },
     /// Recovery replayed the log and this run's epoch record (`identity`, with its fresh
     /// incarnation) is durable: this run begins, and finishes what the last runs left.
     RecoveryDone { now_ms: u64, identity: EpochRecord },
@@ -172,6 +178,7 @@ impl Event {
             | Event::Acked { txid, .. }
             | Event::DeliveryFailed { txid, .. }
             | Event::RetryDue { txid, .. } => Some(txid),
+            Event::RetryNow { txid, .. } => txid.as_ref(),
             Event::RecoveryDone { .. } | Event::ExpireRetained { .. } | Event::Archived { .. } => {
                 None
             }

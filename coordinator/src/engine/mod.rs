@@ -9,7 +9,9 @@
 
 mod backoff;
 mod io;
+pub mod judge;
 mod load;
+mod operator;
 mod replay;
 mod retained;
 mod rules;
@@ -36,6 +38,7 @@ use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
 pub use backoff::retry_delay_ms;
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use load::{Bounds, Load};
+pub use operator::{AUDIT_KEPT, ResolvedAttempt};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
 pub use view::DecisionAnswer;
@@ -45,6 +48,7 @@ use crate::records::{
     RunSpan,
 };
 use load::Loads;
+use operator::OperatorState;
 use retained::RetainedSet;
 use rules::{decide, send_decisions, start_delivery};
 use tx::{Part, Tx, response, retained_response};
@@ -83,6 +87,8 @@ pub struct Engine {
     loads: Loads,
     /// Counts `Archived` events: a submit whose index lookup predates one must look again.
     archive_generation: u64,
+    /// Attempts operators resolved by hand, and the audit trail.
+    operator: OperatorState,
 }
 
 impl Engine {
@@ -104,6 +110,7 @@ impl Engine {
             behind: None,
             loads: Loads::default(),
             archive_generation: 0,
+            operator: OperatorState::default(),
         }
     }
 
@@ -248,6 +255,9 @@ impl Engine {
                 jitter,
             } => self.delivery_failed(&txid, &participant, error, jitter),
             Event::RetryDue { txid, participant } => self.retry_due(&txid, &participant),
+            Event::RetryNow { txid, participant } => {
+                self.retry_now(txid.as_ref(), participant.as_ref())
+            }
             Event::RecoveryDone { now_ms, identity } => {
                 self.begin_run(identity);
                 self.recovery_done(now_ms)
@@ -627,6 +637,36 @@ impl Engine {
             Delivery::RetryArmed | Delivery::Idle | Delivery::InFlight => return Vec::new(),
         }
         vec![start_delivery(txid, &gtid, part, decision)]
+    }
+
+    /// An operator's "retry now": every delivery of `txid` (or to `participant`, or both)
+    /// that waits for its backoff timer starts at once. The timer, when it fires, finds the
+    /// delivery in flight and does nothing.
+    fn retry_now(
+        &mut self,
+        txid: Option<&TxId>,
+        participant: Option<&ParticipantName>,
+    ) -> Vec<Command> {
+        let mut commands = Vec::new();
+        for tx in self.live.values_mut() {
+            if txid.is_some_and(|t| *t != tx.id) {
+                continue;
+            }
+            let Phase::Decided(decided) = &tx.phase else {
+                continue;
+            };
+            let decision = decided.decision;
+            for part in &mut tx.parts {
+                if part.acked
+                    || part.delivery != Delivery::RetryArmed
+                    || participant.is_some_and(|p| *p != part.name)
+                {
+                    continue;
+                }
+                commands.push(start_delivery(&tx.id, &tx.attempt.gtid, part, decision));
+            }
+        }
+        commands
     }
 
     /// After replay: abort what was begun and never decided, resend what was decided and not

@@ -49,6 +49,11 @@ impl Engine {
                 engine.note_attempt(&retained.decision.attempt);
                 engine.retained.insert(retained);
             }
+            engine.operator = super::operator::OperatorState::restore(
+                snapshot.resolved,
+                snapshot.audit,
+                snapshot.audit_next_seq,
+            );
         }
         for record in records {
             match record {
@@ -80,6 +85,7 @@ impl Engine {
                 LogRecord::Behind(behind) => {
                     engine.behind.get_or_insert(behind);
                 }
+                LogRecord::Audit(entry) => engine.operator.apply(entry),
             }
         }
         engine.loads.recount(engine.live.values());
@@ -142,7 +148,11 @@ impl Engine {
             decided: Vec::new(),
             behind: self.behind.clone(),
             retained: Vec::new(),
+            resolved: Vec::new(),
+            audit: Vec::new(),
+            audit_next_seq: 0,
         };
+        (snapshot.resolved, snapshot.audit, snapshot.audit_next_seq) = self.operator.snapshot();
         for tx in self.live.values() {
             match &tx.phase {
                 Phase::Preparing | Phase::LogFailed { .. } => snapshot.begun.push(BeginRecord {

@@ -165,6 +165,9 @@ impl Engine {
         {
             return DecisionAnswer::known(retained.decision.decision.into());
         }
+        if let Some(resolved) = self.operator.resolved(&query.gtid) {
+            return DecisionAnswer::known(resolved.decision.into());
+        }
         // The span alone would presume abort for an attempt that is still live under another
         // client id (a participant that mixed up its ids), and its coming decision could be
         // commit: never presume for an attempt that can still be decided.

@@ -7,6 +7,7 @@
 //! could undo.
 
 mod housekeeping;
+mod operator;
 pub mod participants;
 mod start;
 
@@ -37,6 +38,7 @@ use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
+pub use operator::{OperatorError, RetryTarget};
 pub use start::{StartError, recover, recover_on};
 
 /// Unix time in milliseconds (0 if the clock is before 1970).
@@ -71,6 +73,8 @@ pub struct Core {
     /// Mirrors `Engine::archive_generation`, stored under the engine lock when `Archived` is
     /// stepped, so `submit` reads it before its index lookup without taking the lock.
     archive_generation: AtomicU64,
+    /// Operator actions run one at a time (see `operator`).
+    operator_lock: tokio::sync::Mutex<()>,
 }
 
 /// A new transaction, checked by the API.
@@ -222,11 +226,13 @@ impl Core {
         if let Some(status) = self.lock_engine().status(txid) {
             return Ok(Some(status));
         }
-        Ok(self
+        if let Some(retained) = self
             .outcomes
             .get(txid, now_ms(), self.config.retention_ms)?
-            .as_ref()
-            .map(crate::engine::view::retained_status))
+        {
+            return Ok(Some(crate::engine::view::retained_status(&retained)));
+        }
+        Ok(self.lock_engine().resolved_status(txid))
     }
 
     /// A listing page: without a cursor, live transactions first (from the engine, bounded by
@@ -411,7 +417,8 @@ impl Core {
                             LogRecord::Epoch(_)
                             | LogRecord::Decision(_)
                             | LogRecord::Ack(_)
-                            | LogRecord::Behind(_) => {}
+                            | LogRecord::Behind(_)
+                            | LogRecord::Audit(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),

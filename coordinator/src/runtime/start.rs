@@ -179,6 +179,7 @@ pub async fn recover_on(
         outcomes: Arc::new(outcomes),
         archive,
         archive_generation: AtomicU64::new(0),
+        operator_lock: tokio::sync::Mutex::new(()),
     });
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.

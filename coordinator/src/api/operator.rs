@@ -1,0 +1,239 @@
+//! The operator routes: resolve an attempt in doubt, retry deliveries now, the audit trail.
+//! Each action is judged and logged by the runtime (`runtime::operator`); this maps HTTP.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
+use protocol::operator::{AuditList, ResolveRequest, RetryRequest};
+use protocol::{ErrorCode, GlobalTxId, ParticipantName};
+
+use super::transactions::{QueryPairs, is_json, query_pairs, txid};
+use crate::api::{ApiError, AppState};
+use crate::runtime::{OperatorError, RetryTarget};
+
+fn operator_error(error: OperatorError) -> Response {
+    match error {
+        OperatorError::Refused(body) => {
+            let status = StatusCode::from_u16(body.error.status()).unwrap_or(StatusCode::CONFLICT);
+            (status, Json(*body)).into_response()
+        }
+        OperatorError::Rejected { code, message } => ApiError::new(code, message).into_response(),
+        OperatorError::LogFailed(e) => ApiError::new(
+            ErrorCode::LogFailed,
+            format!("the audit record could not be made durable ({e}); nothing was done"),
+        )
+        .into_response(),
+    }
+}
+
+/// A JSON body; `empty_ok` lets an empty body stand for the type's default.
+fn body_of<T: DeserializeOwned + Default>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    empty_ok: bool,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::BodyTooLarge,
+                format!("the body is over the limit of {BODY_BYTES_MAX} bytes"),
+            )
+        } else {
+            ApiError::new(ErrorCode::MalformedJson, e.body_text())
+        }
+    })?;
+    if body.is_empty() && empty_ok {
+        return Ok(T::default());
+    }
+    if !is_json(headers) {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "send the body as Content-Type: application/json",
+        ));
+    }
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(ErrorCode::MalformedJson, format!("malformed body: {e}")))
+}
+
+/// The resolve body has no sensible default; this wrapper makes an empty body an error.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(transparent)]
+struct ResolveBody(Option<ResolveRequest>);
+
+/// `POST /v1/transactions/{id}/resolve`.
+pub async fn resolve(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let core = state.core()?;
+        let txid = txid(path)?;
+        let ResolveBody(request) = body_of(&headers, body, false)?;
+        let request = request.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::MalformedJson,
+                "expected {\"decision\",\"operator\",\"reason\"}",
+            )
+        })?;
+        Ok::<_, ApiError>((core.clone(), txid, request))
+    }
+    .await;
+    let (core, txid, request) = match result {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.resolve(txid, request).await {
+        Ok(resolved) => Json(resolved).into_response(),
+        Err(e) => operator_error(e),
+    }
+}
+
+/// `POST /v1/transactions/{id}/retry`.
+pub async fn retry_transaction(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let txid = txid(path)?;
+        let request: RetryRequest = body_of(&headers, body, true)?;
+        Ok::<_, ApiError>((core, RetryTarget::Transaction(txid), request))
+    })();
+    retry(prepared).await
+}
+
+/// `POST /v1/participants/{name}/retry`.
+pub async fn retry_participant(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let Path(raw) = path.map_err(|e| ApiError::new(ErrorCode::InvalidId, e.body_text()))?;
+        let name = ParticipantName::new(raw)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))?;
+        let request: RetryRequest = body_of(&headers, body, true)?;
+        Ok::<_, ApiError>((core, RetryTarget::Participant(name), request))
+    })();
+    retry(prepared).await
+}
+
+async fn retry(
+    prepared: Result<
+        (
+            std::sync::Arc<crate::runtime::Core>,
+            RetryTarget,
+            RetryRequest,
+        ),
+        ApiError,
+    >,
+) -> Response {
+    let (core, target, request) = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.retry(target, request).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => operator_error(e),
+    }
+}
+
+/// `GET /v1/transactions/{id}/evidence[?gtid=..]`: the coordinator's word on the attempt and
+/// each participant's, asked now.
+pub async fn evidence(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: QueryPairs,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let txid = txid(path)?;
+        let mut gtid = None;
+        for (key, value) in query_pairs(query)? {
+            match key.as_str() {
+                "gtid" => {
+                    gtid = Some(GlobalTxId::new(value).map_err(|e| {
+                        ApiError::new(ErrorCode::InvalidQuery, format!("gtid: {e}"))
+                    })?)
+                }
+                other => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidQuery,
+                        format!("unknown query parameter {other:?}; only \"gtid\" is accepted"),
+                    ));
+                }
+            }
+        }
+        Ok::<_, ApiError>((core, txid, gtid))
+    })();
+    let (core, txid, gtid) = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.evidence(txid, gtid).await {
+        Ok(evidence) => Json(evidence).into_response(),
+        Err(e) => operator_error(e),
+    }
+}
+
+/// Audit entries listed when `limit` is not given.
+const AUDIT_LIMIT_DEFAULT: usize = 100;
+
+/// `GET /v1/audit?limit=..&before=..`: newest first; `before` (a `seq`) pages back.
+pub async fn audit(
+    State(state): State<AppState>,
+    query: QueryPairs,
+) -> Result<Json<AuditList>, ApiError> {
+    let core = state.core()?;
+    let mut limit = AUDIT_LIMIT_DEFAULT;
+    let mut before = None;
+    for (key, value) in query_pairs(query)? {
+        match key.as_str() {
+            "limit" => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ErrorCode::InvalidQuery,
+                            format!(
+                                "limit={value:?}: expected a number from 1 to {LIST_LIMIT_MAX}"
+                            ),
+                        )
+                    })?
+            }
+            "before" => {
+                before = Some(value.parse::<u64>().map_err(|_| {
+                    ApiError::new(
+                        ErrorCode::InvalidQuery,
+                        format!("before={value:?}: expected an audit seq (a number)"),
+                    )
+                })?)
+            }
+            other => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidQuery,
+                    format!(
+                        "unknown query parameter {other:?}; \"limit\" and \"before\" are accepted"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(Json(AuditList {
+        audit: core.audit(limit, before),
+    }))
+}
