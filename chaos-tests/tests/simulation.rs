@@ -59,6 +59,7 @@ fn every_invariant_holds_on_shard(shard: u64) {
                 total.undecidable += stats.undecidable;
                 total.lock_waits += stats.lock_waits;
                 total.lock_grants += stats.lock_grants;
+                total.resolved += stats.resolved;
             }
             Err(failure) if keep_going => {
                 eprintln!(
@@ -82,7 +83,7 @@ fn every_invariant_holds_on_shard(shard: u64) {
         "shard {shard}: simulated {} seeds in {:.1?}: {} steps, {} messages ({} dropped, {} \
          duplicated), {} crashes, {} restores, {} attempts for {} orders ({} retries that met a \
          forgotten outcome), {} commits, {} aborts, {} attempts left in doubt (undecidable from the coordinator's log), \
-         {} prepares queued for a lock ({} granted)",
+         {} prepares queued for a lock ({} granted), {} attempts resolved by the operator",
         seeds.len(),
         started.elapsed(),
         total.steps,
@@ -98,7 +99,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
         total.aborted,
         total.undecidable,
         total.lock_waits,
-        total.lock_grants
+        total.lock_grants,
+        total.resolved
     );
     if seeds.len() >= 100 {
         // The runs must really exercise faults, the new operations and both outcomes, or they
@@ -112,6 +114,10 @@ fn every_invariant_holds_on_shard(shard: u64) {
         );
         assert!(total.committed > 0 && total.aborted > 0, "{total:?}");
         assert!(total.restores > runs / 20, "restores happen: {total:?}");
+        assert!(
+            total.resolved > 0,
+            "the operator resolves attempts a restore left in doubt: {total:?}"
+        );
         assert!(
             total.reattempts > 0,
             "retries meet forgotten outcomes and become new attempts: {total:?}"
@@ -219,6 +225,17 @@ fn presuming_abort_where_the_log_cannot_prove_it_is_caught() {
     // The old rule (abort for any attempt with no record) splits a decision once the
     // coordinator's disk is put back from a copy, or its Begin was lost.
     let failure = first_catch(Mutation::AbortWhenUnknown);
+    eprintln!("{failure}");
+    assert!(
+        ["agreement", "atomicity", "durability"].contains(&failure.invariant.as_str()),
+        "{failure}"
+    );
+}
+
+#[test]
+fn an_operator_resolving_without_the_evidence_is_caught() {
+    // Resolving by guess splits an attempt that one participant already ended the other way.
+    let failure = first_catch(Mutation::ResolveWithoutEvidence);
     eprintln!("{failure}");
     assert!(
         ["agreement", "atomicity", "durability"].contains(&failure.invariant.as_str()),

@@ -27,6 +27,8 @@ use protocol::{
     ErrorCode, GlobalTxId, ParticipantName, PrepareRequest, TxId, Vote, VoteKind,
 };
 
+use protocol::operator::{AuditAction, AuditEntry};
+
 use super::Mutation;
 use super::disk::Disk;
 use super::io::Io;
@@ -54,6 +56,8 @@ pub struct CoordinatorNode {
     next_waiter: WaiterId,
     /// Forced decision appends waiting for a sync: (sequence number, txid).
     decision_waits: Vec<(u64, TxId)>,
+    /// A forced audit append (an operator's resolution) waiting for a sync.
+    audit_waits: Vec<(u64, AuditEntry)>,
     sync_scheduled: bool,
     /// The operator's copy of the disk, taken while stopped.
     backup: Option<Disk<LogRecord, Snapshot>>,
@@ -63,6 +67,9 @@ pub struct CoordinatorNode {
     pub durable_decisions: BTreeMap<GlobalTxId, Decision>,
     pub attempts: BTreeMap<GlobalTxId, (TxId, Digest)>,
     pub flipped: Option<String>,
+    /// Operator resolutions that became durable, for the world to settle against the ground
+    /// truth (`World::settle_resolutions`).
+    pub resolutions: Vec<(GlobalTxId, TxId, Decision)>,
     /// Coordinator crashes and restores so far: attempts in doubt for ever are only acceptable
     /// after a restore.
     pub crashes: u64,
@@ -94,11 +101,13 @@ impl CoordinatorNode {
             waiters: BTreeMap::new(),
             next_waiter: 1,
             decision_waits: Vec::new(),
+            audit_waits: Vec::new(),
             sync_scheduled: false,
             backup: None,
             durable_decisions: BTreeMap::new(),
             attempts: BTreeMap::new(),
             flipped: None,
+            resolutions: Vec::new(),
             crashes: 0,
             restores: 0,
             index: BTreeMap::new(),
@@ -202,22 +211,69 @@ impl CoordinatorNode {
 
     fn note_durable(&mut self, records: &[LogRecord]) {
         for record in records {
-            if let LogRecord::Decision(d) = record {
-                let gtid = &d.attempt.gtid;
-                match self.durable_decisions.get(gtid) {
-                    Some(old) if *old != d.decision => {
-                        self.flipped = Some(format!(
-                            "durable decision for {gtid} ({}) flipped from {old:?} to {:?}",
-                            d.txid, d.decision
-                        ));
-                    }
-                    Some(_) => {}
-                    None => {
-                        self.durable_decisions.insert(gtid.clone(), d.decision);
-                    }
+            let (gtid, txid, decision) = match record {
+                LogRecord::Decision(d) => (&d.attempt.gtid, &d.txid, d.decision),
+                // An operator's resolution: the world weighs it against what was observed.
+                LogRecord::Audit(AuditEntry {
+                    action:
+                        AuditAction::Resolve {
+                            id, gtid, decision, ..
+                        },
+                    ..
+                }) => {
+                    self.resolutions.push((gtid.clone(), id.clone(), *decision));
+                    continue;
+                }
+                _ => continue,
+            };
+            match self.durable_decisions.get(gtid) {
+                Some(old) if *old != decision => {
+                    self.flipped = Some(format!(
+                        "durable decision for {gtid} ({txid}) flipped from {old:?} to {decision:?}"
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    self.durable_decisions.insert(gtid.clone(), decision);
                 }
             }
         }
+    }
+
+    /// An operator resolves an attempt (after the judge allowed it, or not, under a
+    /// mutation): the audit record is appended forced and applied once durable, as
+    /// `Core::resolve` does. One at a time; `false` when it cannot act now.
+    pub fn operator_resolve(
+        &mut self,
+        io: &mut Io,
+        txid: TxId,
+        gtid: GlobalTxId,
+        decision: Decision,
+        evidence: protocol::operator::Evidence,
+    ) -> bool {
+        let Some(engine) = &self.engine else {
+            return false;
+        };
+        if !self.audit_waits.is_empty() {
+            return false;
+        }
+        let entry = AuditEntry {
+            seq: engine.next_audit_seq(),
+            at_ms: io.now_ms,
+            operator: "sim-operator".into(),
+            reason: "in doubt after a restore".into(),
+            action: AuditAction::Resolve {
+                id: txid,
+                gtid,
+                decision,
+                evidence,
+            },
+        };
+        io.note(|| format!("operator resolves: {:?}", entry.action));
+        let seq = self.disk.append(LogRecord::Audit(entry.clone()));
+        self.audit_waits.push((seq, entry));
+        self.schedule_sync(io);
+        true
     }
 
     /// Proof that the log is behind what participants saw: logged (forced, not awaited), and
@@ -302,19 +358,24 @@ impl CoordinatorNode {
         self.calls.clear();
         self.waiters.clear();
         self.decision_waits.clear();
+        self.audit_waits.clear();
         self.sync_scheduled = false;
         // An uncommitted archive batch dies with the process.
         self.archive_batch.clear();
     }
 
-    /// A clean stop (the log is closed: everything written becomes durable), then a copy of
-    /// the data directory.
-    pub fn backup(&mut self) {
+    /// A clean stop: the log is closed, so everything written becomes durable.
+    pub fn shutdown(&mut self) {
         if self.is_up() {
             let newly = self.disk.sync();
             self.note_durable(&newly);
             self.stop();
         }
+    }
+
+    /// A clean stop, then a copy of the data directory.
+    pub fn backup(&mut self) {
+        self.shutdown();
         self.backup = Some(self.disk.clone());
         self.backup_index = Some(self.index.clone());
     }
@@ -366,6 +427,16 @@ impl CoordinatorNode {
         self.decision_waits = waiting;
         for (_, txid) in ready {
             self.step(io, Event::DecisionDurable { txid });
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = self
+            .audit_waits
+            .drain(..)
+            .partition(|(seq, _)| *seq <= durable);
+        self.audit_waits = waiting;
+        if let Some(engine) = &mut self.engine {
+            for (_, entry) in ready {
+                engine.apply_audit(entry);
+            }
         }
     }
 
@@ -576,7 +647,8 @@ impl CoordinatorNode {
                         Mutation::None
                         | Mutation::PhaseTwoBeforeDurable
                         | Mutation::VoteBeforePreparedDurable
-                        | Mutation::AbortWhenUnknown => VoteKind::Timeout,
+                        | Mutation::AbortWhenUnknown
+                        | Mutation::ResolveWithoutEvidence => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }
@@ -645,7 +717,8 @@ impl CoordinatorNode {
                     Mutation::None
                     | Mutation::TimeoutCountsAsYes
                     | Mutation::VoteBeforePreparedDurable
-                    | Mutation::AbortWhenUnknown => {
+                    | Mutation::AbortWhenUnknown
+                    | Mutation::ResolveWithoutEvidence => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }

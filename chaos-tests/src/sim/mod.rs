@@ -25,6 +25,7 @@ mod disk;
 mod invariants;
 mod io;
 mod net;
+mod operator;
 mod participant_node;
 mod trace;
 mod world;
@@ -47,6 +48,9 @@ pub enum Mutation {
     /// The coordinator answers `abort` where its log cannot prove it (`unknown`): the old
     /// presumed abort for any id with no record, which a restored backup turns into a split.
     AbortWhenUnknown,
+    /// The operator resolves attempts in doubt without the judge: whatever it guessed, even
+    /// against a participant that already ended the attempt the other way.
+    ResolveWithoutEvidence,
 }
 
 /// The shape of one run.
@@ -98,6 +102,8 @@ pub struct RunStats {
     /// Prepares that queued for a lock at a participant, and those later granted (a yes).
     pub lock_waits: u64,
     pub lock_grants: u64,
+    /// Attempts in doubt an operator resolved from the evidence.
+    pub resolved: u64,
 }
 
 /// A run that broke an invariant: everything needed to understand and replay it.

@@ -105,6 +105,8 @@ pub enum Ev {
     /// An operator stops the coordinator and puts the copy back (the restore the docs must
     /// never advise, and that the coordinator must survive without splitting a decision).
     Restore,
+    /// After the faults heal: an operator resolves what the coordinator cannot decide.
+    Operator,
     /// A client sends (or resends) an order.
     ClientSend {
         order: usize,

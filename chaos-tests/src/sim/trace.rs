@@ -50,8 +50,8 @@ impl World {
                 Some(engine) => {
                     for entry in engine.prepared_list() {
                         out.push(format!(
-                            "participant {} in doubt on {}",
-                            p.index, entry.txid
+                            "participant {} in doubt on {} ({}), last answer {:?}",
+                            p.index, entry.txid, entry.gtid, entry.last_answer
                         ));
                     }
                 }
@@ -121,5 +121,6 @@ pub(super) fn describe(ev: &Ev) -> String {
             format!("client timeout o-{order} attempt {attempt}")
         }
         Ev::Heal => "faults stop; every node restarts".into(),
+        Ev::Operator => "operator looks for attempts in doubt the coordinator cannot decide".into(),
     }
 }

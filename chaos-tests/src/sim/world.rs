@@ -63,6 +63,10 @@ pub struct World {
     pub stats: RunStats,
     /// A violation seen while handling an event (reported by the next check).
     pub problem: Option<(&'static str, String)>,
+    /// The operator's last round found nothing left to resolve (see `operator`).
+    pub operator_idle: bool,
+    /// Restarts of a coordinator whose log is behind, by the operator.
+    pub operator_restarts: u32,
 }
 
 /// Steps kept in a failure's trace (`TWOPC_SIM_TRACE=N` for more).
@@ -241,6 +245,9 @@ impl World {
             steps: 0,
             stats: RunStats::default(),
             problem: None,
+            // Without faults nothing is ever in doubt for good: no operator rounds.
+            operator_idle: !config.faults,
+            operator_restarts: 0,
         };
         world.schedule_start();
         world
@@ -304,6 +311,8 @@ impl World {
                 self.remember(format!("#{} t={at_ms}ms {what}", self.steps), notes);
             }
             self.flush();
+            self.settle_resolutions()
+                .map_err(|(inv, detail)| self.failure(inv, detail))?;
             self.check()
                 .map_err(|(inv, detail)| self.failure(inv, detail))?;
             if self.healed && self.quiescent() {
@@ -453,8 +462,15 @@ impl World {
                     }
                 }
             }
+            Ev::Operator => {
+                self.operator_idle = self.operator_round() == super::operator::Round::Idle;
+                if !self.operator_idle {
+                    self.io.after(super::operator::ROUND_MS, Ev::Operator);
+                }
+            }
             Ev::Heal => {
                 self.healed = true;
+                self.io.after(super::operator::ROUND_MS, Ev::Operator);
                 if !self.coordinator.is_up() {
                     self.restart(Node::Coordinator)?;
                 }
@@ -502,7 +518,7 @@ impl World {
         self.io.after(downtime, Ev::Restart(node));
     }
 
-    fn restart(&mut self, node: Node) -> Result<(), String> {
+    pub(super) fn restart(&mut self, node: Node) -> Result<(), String> {
         match node {
             Node::Coordinator if !self.coordinator.is_up() => {
                 self.coordinator.start(&mut self.io);
@@ -587,5 +603,6 @@ impl World {
                     .is_some_and(|e| e.prepared_len() == p.undecidable().len())
             })
             && self.clients.iter().all(|c| !c.busy)
+            && self.operator_idle
     }
 }
