@@ -15,6 +15,7 @@ use std::time::Duration;
 use chaos_tests::audit::ClientOutcome;
 use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
 use chaos_tests::disk_faults;
+use chaos_tests::proxy::{Fault, Rule, Scope};
 use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed, disk, probe};
 use protocol::{Vote, VoteKind};
@@ -175,6 +176,72 @@ fn coordinator_during_recovery() {
     );
     // The next recovery completes the same work.
     s.chaos.restart(COORDINATOR, Vec::new());
+    s.assert_committed_once(&order, before);
+    s.finish();
+}
+
+#[test]
+fn coordinator_after_audit_durable() {
+    // An operator action takes effect only once its audit record is durable: dying right
+    // after, the action is in the audit trail after the restart, and it changed nothing that
+    // recovery does not finish anyway.
+    let mut s = Scenario::start("coordinator::after_audit_durable");
+    let order = s.target("c-audit");
+    let before = s.ledgers(&order);
+    s.chaos
+        .proxy(SHIPPING)
+        .add(Rule::always(Scope::Commit, Fault::DropRequest));
+    s.arm(COORDINATOR);
+    let heard = s.send_once(&order);
+    s.check(
+        heard.outcome == ClientOutcome::Committed,
+        format!("client heard {heard:?}"),
+    );
+    let stuck = s.wait_view(&order, |v| v.applied[0] && v.applied[1] && v.prepared[2]);
+    s.check(
+        stuck.prepared[2],
+        format!("shipping's commit is dropped, so it holds the order prepared: {stuck:?}"),
+    );
+    s.chaos.proxy(SHIPPING).heal();
+    let url = format!(
+        "{}/v1/participants/shipping/retry",
+        s.chaos.cluster.coordinator_url()
+    );
+    let answered = s.chaos.runtime.block_on(async {
+        s.chaos
+            .client
+            .post(url)
+            .json(&serde_json::json!({"operator": "ana", "reason": "shipping is back"}))
+            .send()
+            .await
+            .map(|r| r.status())
+    });
+    s.wait_crash(COORDINATOR);
+    s.check(
+        answered.is_err(),
+        format!("the retry was answered by a coordinator that died at the point: {answered:?}"),
+    );
+    s.chaos.restart(COORDINATOR, Vec::new());
+    let audit_url = format!("{}/v1/audit", s.chaos.cluster.coordinator_url());
+    let audit: serde_json::Value = s.chaos.runtime.block_on(async {
+        s.chaos
+            .client
+            .get(audit_url)
+            .send()
+            .await
+            .expect("GET /v1/audit")
+            .json()
+            .await
+            .expect("audit JSON")
+    });
+    let entry = &audit["audit"][0];
+    s.check(
+        entry["seq"] == 1
+            && entry["action"] == "retry_participant"
+            && entry["participant"] == "shipping"
+            && entry["operator"] == "ana",
+        format!("the durable audit record survives the crash: {audit}"),
+    );
     s.assert_committed_once(&order, before);
     s.finish();
 }
