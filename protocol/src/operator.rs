@@ -150,3 +150,46 @@ pub struct AuditList {
 /// Longest operator name and reason accepted, in bytes.
 pub const OPERATOR_LEN_MAX: usize = 128;
 pub const REASON_LEN_MAX: usize = 1024;
+
+/// One attempt a participant holds in doubt, as the cluster view shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InDoubt {
+    pub txid: TxId,
+    pub gtid: GlobalTxId,
+    pub coordinator_id: crate::CoordinatorId,
+    pub epoch: crate::Epoch,
+    /// How long it has been prepared, in ms.
+    pub age_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_answer: Option<String>,
+}
+
+/// One participant in the cluster view: what it holds in doubt, or why it could not be asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParticipantView {
+    pub name: ParticipantName,
+    pub reachable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub in_doubt: Vec<InDoubt>,
+}
+
+/// `GET /v1/cluster`: everything stuck or in doubt, from the coordinator and the participants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub now_ms: u64,
+    pub coordinator_id: crate::CoordinatorId,
+    pub epoch: crate::Epoch,
+    /// Why the coordinator takes no new work, if it learned its log is behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_behind: Option<String>,
+    /// Live transactions, oldest first (at most `LIVE_SHOWN`); `live_total` counts them all.
+    pub live: Vec<crate::TransactionStatus>,
+    pub live_total: u64,
+    pub participants: Vec<ParticipantView>,
+    /// The newest operator actions.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// Live transactions the cluster view lists (the oldest: the stuck ones).
+pub const LIVE_SHOWN: usize = 200;

@@ -13,6 +13,9 @@ pub const TRANSACTION_RESOLVE: &str = "/v1/transactions/{id}/resolve";
 pub const TRANSACTION_RETRY: &str = "/v1/transactions/{id}/retry";
 pub const PARTICIPANT_RETRY: &str = "/v1/participants/{name}/retry";
 pub const AUDIT: &str = "/v1/audit";
+/// Coordinator, operators: everything stuck or in doubt, and the live page that shows it.
+pub const CLUSTER: &str = "/v1/cluster";
+pub const UI: &str = "/ui";
 
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";

@@ -198,17 +198,27 @@ async fn attempt(
     axum::Json(json!({"gtid": gtid, "state": said})).into_response()
 }
 
-/// The pretended attempts that are prepared, as `/v1/prepared` lists them.
+/// The pretended attempts that are prepared, as `/v1/prepared` lists them (503 while down).
 async fn prepared(State(state): Shared) -> Response {
     let guard = state.lock().unwrap();
+    if guard.ack == AckMode::Down {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
     let prepared: Vec<Value> = guard
         .attempts
         .iter()
         .filter(|(_, (_, state))| *state == "prepared")
         .map(|(gtid, (txid, _))| {
-            json!({"txid": txid, "gtid": gtid, "coordinator_id": "c-lost", "epoch": 1,
+            // Prepared a minute ago by the coordinator its gtid names.
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            let coordinator = gtid.split(':').next().unwrap_or("c-lost");
+            json!({"txid": txid, "gtid": gtid, "coordinator_id": coordinator, "epoch": 1,
                    "incarnation": "00000000000000aa", "position": 1, "keys": [],
-                   "prepared_at_ms": 0, "last_answer": null})
+                   "prepared_at_ms": now_ms - 60_000,
+                   "last_answer": "unknown: this coordinator's log holds no run 00000000000000aa"})
         })
         .collect();
     axum::Json(json!({ "prepared": prepared })).into_response()

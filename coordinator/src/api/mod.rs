@@ -35,6 +35,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::TRANSACTION_RETRY),
     ("post", routes::PARTICIPANT_RETRY),
     ("get", routes::AUDIT),
+    ("get", routes::CLUSTER),
+    ("get", routes::UI),
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
     ("get", routes::METRICS),
@@ -79,6 +81,8 @@ pub fn router(state: AppState) -> Router {
         .route(routes::TRANSACTION_RETRY, post(operator::retry_transaction))
         .route(routes::PARTICIPANT_RETRY, post(operator::retry_participant))
         .route(routes::AUDIT, get(operator::audit))
+        .route(routes::CLUSTER, get(operator::cluster))
+        .route(routes::UI, get(operator::ui))
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))

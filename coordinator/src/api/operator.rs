@@ -237,3 +237,21 @@ pub async fn audit(
         audit: core.audit(limit, before),
     }))
 }
+
+/// `GET /v1/cluster`: what is stuck or in doubt across the cluster, asked now.
+pub async fn cluster(State(state): State<AppState>) -> Response {
+    match state.core() {
+        Ok(core) => Json(core.cluster().await).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /ui`: the live page (static, embedded; it reads `/v1/cluster` every 2 s and acts through
+/// the operator routes, each action behind a confirmation).
+pub async fn ui() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("ui.html"),
+    )
+        .into_response()
+}

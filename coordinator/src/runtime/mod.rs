@@ -6,6 +6,7 @@
 //! append resolved (the `DecisionDurable` event), so nobody hears an outcome that a crash
 //! could undo.
 
+mod cluster;
 mod housekeeping;
 mod operator;
 pub mod participants;
