@@ -6,6 +6,7 @@ mod bench;
 mod demo;
 mod latency;
 mod metrics_text;
+mod saga_cmd;
 mod target;
 mod wal_cmd;
 
@@ -49,6 +50,9 @@ enum Command {
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
+    /// Sagas: `twopc saga plan FILE` prints the compensation plan of an execution log.
+    #[command(subcommand)]
+    Saga(saga_cmd::SagaCommand),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args),
         Command::BenchFloorNode(args) => bench::floor::main(args),
         Command::Audit(args) => audit_cmd::main(args),
+        Command::Saga(command) => saga_cmd::main(command),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod kv;
 pub mod limits;
 pub mod messages;
 pub mod routes;
+pub mod saga;
 pub mod transaction;
 
 pub use error::{ErrorBody, ErrorCode};

@@ -7,6 +7,15 @@ pub const TRANSACTION: &str = "/v1/transactions/{id}";
 /// Coordinator: the decision for participants in doubt. Axum path syntax.
 pub const TRANSACTION_DECISION: &str = "/v1/transactions/{id}/decision";
 
+/// Coordinator: create (POST) and list (GET) sagas; one saga's status (issue 13).
+pub const SAGAS: &str = "/v1/sagas";
+pub const SAGA: &str = "/v1/sagas/{id}";
+
+/// Participant saga routes, relative to the participant's base URL.
+pub const SAGA_ACTION: &str = "/saga/action";
+pub const SAGA_COMPENSATE: &str = "/saga/compensate";
+pub const SAGA_OP: &str = "/saga/ops/{op_id}";
+
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";
 pub const COMMIT: &str = "/2pc/commit";
