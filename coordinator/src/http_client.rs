@@ -150,13 +150,38 @@ impl Endpoint {
         }
     }
 
+    /// GETs `path` and reads the answer, all within `timeout` (saga op queries).
+    pub async fn get(&self, path: &str, timeout: Duration) -> Result<Answer, CallError> {
+        let call = async {
+            let sender = self.connect().await?;
+            self.exchange_with(hyper::Method::GET, sender, path, Bytes::new())
+                .await
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or(Err(CallError::Timeout(timeout)))
+    }
+
     async fn exchange(
         &self,
+        sender: SendRequest<Full<Bytes>>,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Answer, CallError> {
+        self.exchange_with(hyper::Method::POST, sender, path, body)
+            .await
+    }
+
+    async fn exchange_with(
+        &self,
+        method: hyper::Method,
         mut sender: SendRequest<Full<Bytes>>,
         path: &str,
         body: Bytes,
     ) -> Result<Answer, CallError> {
-        let request = hyper::Request::post(path)
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
             .header(hyper::header::HOST, self.authority.as_str())
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))

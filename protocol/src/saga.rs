@@ -20,7 +20,7 @@ pub const SAGA_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 pub const SAGA_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 
 /// `POST /v1/sagas`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SagaRequest {
     pub id: TxId,
@@ -31,7 +31,7 @@ pub struct SagaRequest {
 
 /// One step: an action at a participant and the compensation that undoes it (`null`: the step
 /// cannot be undone, a pivot).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SagaStep {
     pub name: String,

@@ -80,6 +80,8 @@ impl Engine {
                 LogRecord::Behind(behind) => {
                     engine.behind.get_or_insert(behind);
                 }
+                // Sagas replay into their own table (`SagaEngine::replay`).
+                LogRecord::Saga(_) => {}
             }
         }
         engine.loads.recount(engine.live.values());
@@ -142,6 +144,8 @@ impl Engine {
             decided: Vec::new(),
             behind: self.behind.clone(),
             retained: Vec::new(),
+            // The runtime fills in the saga table's copy (taken under the same lock order).
+            sagas: Vec::new(),
         };
         for tx in self.live.values() {
             match &tx.phase {

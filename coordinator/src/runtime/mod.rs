@@ -411,7 +411,8 @@ impl Core {
                             LogRecord::Epoch(_)
                             | LogRecord::Decision(_)
                             | LogRecord::Ack(_)
-                            | LogRecord::Behind(_) => {}
+                            | LogRecord::Behind(_)
+                            | LogRecord::Saga(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),

@@ -63,7 +63,11 @@ pub enum Fact {
     NotRun,
     Unknown,
     Failed,
-    /// Proven never applied (`not_found`, or a null compensation fenced it).
+    /// An op query found no trace of the action. Not proof yet: a delayed copy may still
+    /// arrive, so going forward it is sent again (same op id), going backward it is fenced.
+    NotFound,
+    /// Proven never applied: its compensation found nothing to undo and fenced it (a late
+    /// action is refused by the participant's barrier).
     NotApplied,
     /// `order` counts successes, so compensation runs in reverse of it.
     Succeeded {
@@ -83,7 +87,7 @@ impl Fact {
             Fact::Succeeded { order }
             | Fact::CompensationFailing { order }
             | Fact::Compensated { order } => Some(order),
-            Fact::NotRun | Fact::Unknown | Fact::Failed | Fact::NotApplied => None,
+            Fact::NotRun | Fact::Unknown | Fact::Failed | Fact::NotFound | Fact::NotApplied => None,
         }
     }
 }
@@ -112,16 +116,17 @@ pub fn apply(fact: Fact, event: LogEvent, next_order: &mut u32) -> Fact {
             Fact::Succeeded { order } | Fact::CompensationFailing { order },
         ) => Fact::Compensated { order },
         // A compensation that found nothing to undo fences the action: never applied.
-        (LogEvent::Compensated, Fact::Unknown | Fact::NotApplied | Fact::NotRun) => {
-            Fact::NotApplied
-        }
+        (
+            LogEvent::Compensated,
+            Fact::Unknown | Fact::NotFound | Fact::NotApplied | Fact::NotRun,
+        ) => Fact::NotApplied,
         (LogEvent::CompensationFailed, Fact::Succeeded { order }) => {
             Fact::CompensationFailing { order }
         }
         (_, Fact::Succeeded { .. } | Fact::CompensationFailing { .. }) => fact,
         (LogEvent::Failed, _) => Fact::Failed,
         (LogEvent::Started | LogEvent::Unknown, _) => Fact::Unknown,
-        (LogEvent::NotFound, Fact::Unknown) => Fact::NotApplied,
+        (LogEvent::NotFound, Fact::Unknown) => Fact::NotFound,
         (LogEvent::NotFound | LogEvent::Compensated | LogEvent::CompensationFailed, _) => fact,
         (LogEvent::TimedOut, _) => fact,
     }
@@ -163,6 +168,9 @@ pub enum Decision {
     Continue,
     /// Ask about `reconcile[0]` under its original op id before anything else.
     ReconcileFirst,
+    /// Send the compensation of `fence[0]` (found `not_found`): it undoes nothing if the
+    /// action never arrived, and makes the participant refuse it if it arrives late.
+    Fence,
     /// Compensate `compensate[0]` (then the rest, in order).
     Compensate,
     /// Every succeeded step is undone.
@@ -185,6 +193,7 @@ pub struct Plan {
     pub next: Option<String>,
     pub compensate: Vec<String>,
     pub reconcile: Vec<String>,
+    pub fence: Vec<String>,
     pub needs_human: Vec<HumanItem>,
     pub already_compensated: Vec<String>,
     /// Steps that are not compensated, with why.
@@ -195,6 +204,8 @@ pub struct Plan {
     pub compensate_index: Vec<usize>,
     #[serde(skip)]
     pub reconcile_index: Vec<usize>,
+    #[serde(skip)]
+    pub fence_index: Vec<usize>,
 }
 
 /// The plan for `steps` given what is known of each.
@@ -204,12 +215,6 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
     let succeeded = |f: Fact| matches!(f, Fact::Succeeded { .. });
     let pivot = (0..steps.len()).find(|&i| !steps[i].compensable && succeeded(facts[i]));
     let failed = (0..steps.len()).find(|&i| facts[i] == Fact::Failed);
-    let backward_started = facts.iter().any(|f| {
-        matches!(
-            f,
-            Fact::Compensated { .. } | Fact::CompensationFailing { .. }
-        )
-    });
     let unknown: Vec<usize> = (0..steps.len())
         .filter(|&i| facts[i] == Fact::Unknown)
         .collect();
@@ -223,17 +228,16 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
         next: None,
         compensate: Vec::new(),
         reconcile: Vec::new(),
+        fence: Vec::new(),
         needs_human: Vec::new(),
         already_compensated,
         not_compensated: Vec::new(),
         next_index: None,
         compensate_index: Vec::new(),
         reconcile_index: Vec::new(),
+        fence_index: Vec::new(),
     };
-    // Going backward: a step failed, the saga timed out, or compensation already began; a
-    // timeout alone does not turn a saga back once its pivot succeeded.
-    let backward = failed.is_some() || backward_started || (timed_out && pivot.is_none());
-    if !backward {
+    if !is_backward(steps, facts, timed_out) {
         if let Some(&i) = unknown.first() {
             plan.decision = Decision::ReconcileFirst;
             plan.reason = format!("the outcome of step {:?} is unknown", steps[i].name);
@@ -282,6 +286,7 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
             Fact::Failed => "it failed: nothing to undo",
             Fact::NotRun => "it never ran",
             Fact::NotApplied => "it was proven never applied",
+            Fact::NotFound => "not found at the participant: fenced, nothing undone",
             Fact::Unknown => "its outcome is unknown: reconcile first",
             Fact::Compensated { .. } => "already compensated",
             Fact::Succeeded { .. } | Fact::CompensationFailing { .. } => continue,
@@ -295,8 +300,14 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
     plan.reconcile_index = unknown;
     // Unknown steps are reconciled first, latest first: compensation order depends on them.
     plan.reconcile_index.reverse();
+    plan.fence_index = (0..steps.len())
+        .rev()
+        .filter(|&i| facts[i] == Fact::NotFound)
+        .collect();
     plan.decision = if !plan.reconcile_index.is_empty() {
         Decision::ReconcileFirst
+    } else if !plan.fence_index.is_empty() {
+        Decision::Fence
     } else if plan.compensate_index.is_empty() {
         Decision::Compensated
     } else {
@@ -311,7 +322,23 @@ fn fill_names(mut plan: Plan, steps: &[PlanStep]) -> Plan {
     plan.next = plan.next_index.map(|i| steps[i].name.clone());
     plan.compensate = names(&plan.compensate_index);
     plan.reconcile = names(&plan.reconcile_index);
+    plan.fence = names(&plan.fence_index);
     plan
+}
+
+/// Whether the saga goes backward: a step failed, the saga timed out, or compensation already
+/// began. A timeout alone does not turn a saga back once its pivot succeeded.
+pub fn is_backward(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> bool {
+    let pivot = (0..steps.len().min(facts.len()))
+        .any(|i| !steps[i].compensable && matches!(facts[i], Fact::Succeeded { .. }));
+    let failed = facts.contains(&Fact::Failed);
+    let backward_started = facts.iter().any(|f| {
+        matches!(
+            f,
+            Fact::Compensated { .. } | Fact::CompensationFailing { .. } | Fact::NotApplied
+        )
+    });
+    failed || backward_started || (timed_out && !pivot)
 }
 
 /// The input of `twopc saga plan FILE`: the definition and its execution log.
@@ -387,6 +414,7 @@ mod tests {
         reconcile: &'static [&'static str],
         next: Option<&'static str>,
         human: bool,
+        fence: &'static [&'static str],
     }
 
     const fn row(
@@ -405,6 +433,7 @@ mod tests {
             reconcile: &[],
             next: None,
             human: false,
+            fence: &[],
         }
     }
 
@@ -520,13 +549,16 @@ mod tests {
                     &[],
                 )
             },
-            row(
-                "unknown then not_found, then timeout",
-                "a b c",
-                "a:ok b:unknown b:notfound timeout",
-                Compensate,
-                &["a"],
-            ),
+            Row {
+                fence: &["b"],
+                ..row(
+                    "unknown then not_found, then timeout",
+                    "a b c",
+                    "a:ok b:unknown b:notfound timeout",
+                    Fence,
+                    &["a"],
+                )
+            },
             Row {
                 reconcile: &["b"],
                 ..row(
@@ -603,6 +635,7 @@ mod tests {
             assert_eq!(plan.compensate, r.compensate, "{}: {plan:?}", r.name);
             assert_eq!(plan.reconcile, r.reconcile, "{}: {plan:?}", r.name);
             assert_eq!(plan.next.as_deref(), r.next, "{}: {plan:?}", r.name);
+            assert_eq!(plan.fence, r.fence, "{}: {plan:?}", r.name);
             assert_eq!(
                 !plan.needs_human.is_empty(),
                 r.human,
