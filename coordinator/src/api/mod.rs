@@ -2,10 +2,13 @@
 //! doubt, and health, readiness and metrics for operators.
 
 mod error;
+mod sagas;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sagas;
 
 use std::sync::{Arc, OnceLock};
 
@@ -32,6 +35,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
     ("get", routes::METRICS),
+    ("post", routes::SAGAS),
+    ("get", routes::SAGAS),
+    ("get", routes::SAGA),
 ];
 
 /// What the handlers share. The core appears once recovery finished; until then every route
@@ -68,6 +74,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route(routes::TRANSACTION, get(transactions::status))
         .route(routes::TRANSACTION_DECISION, get(transactions::decision))
+        .route(routes::SAGAS, get(sagas::list).post(sagas::create))
+        .route(routes::SAGA, get(sagas::status))
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
@@ -143,10 +151,14 @@ async fn metrics(State(state): State<AppState>) -> Response {
         }
         None => Sampled::default(),
     };
+    let mut text = state.metrics.render_with(sampled, &loads);
+    if let Some(core) = state.core.get() {
+        text.push_str(&core.saga_metrics_text());
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render_with(sampled, &loads),
+        text,
     )
         .into_response()
 }

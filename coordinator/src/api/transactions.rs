@@ -22,20 +22,20 @@ use crate::runtime::NewTransaction;
 /// Listing size when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: usize = 100;
 
-type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+pub(super) type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
-fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, ApiError> {
+pub(super) fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, ApiError> {
     query
         .map(|Query(pairs)| pairs)
         .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))
 }
 
-fn txid(path: Result<Path<String>, PathRejection>) -> Result<TxId, ApiError> {
+pub(super) fn txid(path: Result<Path<String>, PathRejection>) -> Result<TxId, ApiError> {
     let Path(raw) = path.map_err(|e| ApiError::new(ErrorCode::InvalidId, e.body_text()))?;
     TxId::new(raw).map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -8,6 +8,7 @@
 
 mod housekeeping;
 pub mod participants;
+mod sagas;
 mod start;
 
 #[cfg(test)]
@@ -37,6 +38,7 @@ use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
+pub use sagas::{SagaOutcome, SagaShell};
 pub use start::{StartError, recover, recover_on};
 
 /// Unix time in milliseconds (0 if the clock is before 1970).
@@ -71,6 +73,8 @@ pub struct Core {
     /// Mirrors `Engine::archive_generation`, stored under the engine lock when `Archived` is
     /// stepped, so `submit` reads it before its index lookup without taking the lock.
     archive_generation: AtomicU64,
+    /// The saga table (issue 13), run by `sagas.rs`.
+    sagas: SagaShell,
 }
 
 /// A new transaction, checked by the API.

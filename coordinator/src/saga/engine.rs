@@ -466,11 +466,12 @@ impl SagaEngine {
                 if saga.busy != Busy::Op(step, kind) {
                     return out;
                 }
-                let retry = match (&outcome, kind) {
-                    (SagaOpOutcome::Unknown { .. }, _) => true,
-                    (SagaOpOutcome::Failed { .. }, OpKind::Compensation) => true,
-                    _ => false,
-                };
+                // Unknown is asked about (or resent) later; a failing compensation is retried.
+                let retry = matches!(
+                    (&outcome, kind),
+                    (SagaOpOutcome::Unknown { .. }, _)
+                        | (SagaOpOutcome::Failed { .. }, OpKind::Compensation)
+                );
                 self.log(
                     SagaRecord::StepOutcome(SagaStepOutcome {
                         id: id.clone(),

@@ -1,7 +1,7 @@
 //! The saga state machine, event by event: which records and messages each event produces.
 
-use protocol::saga::{OpKind, SagaRequest, SagaState, StepStatus};
 use protocol::TxId;
+use protocol::saga::{OpKind, SagaRequest, SagaState, StepStatus};
 
 use crate::digest::Digest;
 use crate::records::{LogRecord, SagaOpOutcome, SagaRecord};
