@@ -32,9 +32,9 @@ pub fn request(id: &str, quantity: i64, amount: i64, fate: Fate, timeout_ms: u64
     let mut charge = add(format!("saga-charge:{id}"), amount);
     if fate == Fate::Declined {
         // A check that cannot pass: a definite business failure, nothing applied.
-        charge["ops"].as_array_mut().map(|ops| {
-            ops.push(json!({"op": "check", "key": format!("saga-declined:{id}"), "version": 99}))
-        });
+        if let Some(ops) = charge["ops"].as_array_mut() {
+            ops.push(json!({"op": "check", "key": format!("saga-declined:{id}"), "version": 99}));
+        }
     }
     let ship_key = format!("saga-ship:{id}");
     let mut ship = json!({"name": "ship", "participant": SHIPPING,
@@ -50,9 +50,9 @@ pub fn request(id: &str, quantity: i64, amount: i64, fate: Fate, timeout_ms: u64
     if fate == Fate::FailAfterPivot {
         // The charge cannot be undone here (a pivot), and shipping then fails.
         steps[1]["compensation"] = Value::Null;
-        ship["action"]["ops"].as_array_mut().map(|ops| {
-            ops.push(json!({"op": "check", "key": format!("saga-declined:{id}"), "version": 99}))
-        });
+        if let Some(ops) = ship["action"]["ops"].as_array_mut() {
+            ops.push(json!({"op": "check", "key": format!("saga-declined:{id}"), "version": 99}));
+        }
     }
     steps.push(ship);
     json!({"id": id, "steps": steps, "timeout_ms": timeout_ms})
