@@ -26,12 +26,14 @@ mod invariants;
 mod io;
 mod net;
 mod participant_node;
+mod saga_world;
 mod trace;
 mod world;
 
 use std::fmt;
 
 pub use disk::Disk;
+pub use saga_world::{SagaRunStats, SagaSimConfig, run_saga_seed};
 
 /// A deliberate bug in the modelled runtimes, to prove the simulator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -195,6 +195,16 @@ impl Saga {
         }
     }
 
+    /// This saga without what only a running process has (in flight, waiters, backoff).
+    fn durable(&self) -> Saga {
+        Saga {
+            busy: Busy::Idle,
+            waiters: Vec::new(),
+            failures: 0,
+            ..self.clone()
+        }
+    }
+
     fn plan_steps(&self) -> Vec<PlanStep> {
         self.begin
             .request
@@ -364,7 +374,7 @@ impl SagaEngine {
     ) -> SagaEngine {
         let mut engine = SagaEngine::new(config);
         for saga in snapshot {
-            engine.sagas.insert(saga.begin.id.clone(), saga);
+            engine.sagas.insert(saga.begin.id.clone(), saga.durable());
         }
         for record in records {
             if let LogRecord::Saga(record) = record {
@@ -398,9 +408,9 @@ impl SagaEngine {
         out.push(SagaCommand::Append(LogRecord::Saga(record)));
     }
 
-    /// The checkpoint's copy.
+    /// The checkpoint's copy: only what the log holds (nothing in flight, no waiters).
     pub fn snapshot(&self) -> Vec<Saga> {
-        self.sagas.values().cloned().collect()
+        self.sagas.values().map(Saga::durable).collect()
     }
 
     pub fn get(&self, id: &TxId) -> Option<&Saga> {

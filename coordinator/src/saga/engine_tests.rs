@@ -371,3 +371,27 @@ fn replay_of_the_log_and_of_a_snapshot_resumes_where_the_log_says() {
     assert_eq!(serde_json::to_vec(&decoded).unwrap(), encoded);
     assert_eq!(decoded[0].facts, engine.snapshot()[0].facts);
 }
+
+/// Found by the saga simulation: a checkpoint taken while an action was in flight carried
+/// "in flight" into the next start, so a saga completed later showed that step as running.
+#[test]
+fn a_checkpoint_holds_only_durable_state() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    let snapshot = engine.snapshot();
+    let mut after = Vec::new();
+    for commands in [
+        engine.step(answer(0, OpKind::Action, done())),
+        engine.step(answer(1, OpKind::Action, done())),
+        engine.step(answer(2, OpKind::Action, done())),
+    ] {
+        after.extend(records(&commands).into_iter().map(LogRecord::Saga));
+    }
+    let replayed = SagaEngine::replay(CONFIG, snapshot, &after);
+    let view = replayed.get(&id()).unwrap().view(5000);
+    assert_eq!(view.state, SagaState::Completed);
+    assert!(
+        view.steps.iter().all(|s| s.status == StepStatus::Succeeded),
+        "{view:?}"
+    );
+}
