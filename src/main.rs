@@ -7,6 +7,7 @@ mod ctl;
 mod demo;
 mod latency;
 mod metrics_text;
+mod saga_cmd;
 mod target;
 mod wal_cmd;
 
@@ -52,6 +53,9 @@ enum Command {
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
+    /// Sagas: `twopc saga plan FILE` prints the compensation plan of an execution log.
+    #[command(subcommand)]
+    Saga(saga_cmd::SagaCommand),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::BenchFloorNode(args) => bench::floor::main(args),
         Command::Audit(args) => audit_cmd::main(args),
         Command::Ctl(args) => ctl::main(args),
+        Command::Saga(command) => saga_cmd::main(command),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod node;
 pub mod oracle;
 pub mod ports;
 pub mod proxy;
+pub mod saga_checkout;
 pub mod scenario;
 pub mod sim;
 pub mod workload;

@@ -137,7 +137,8 @@ impl Endpoint {
         .unwrap_or(Err(CallError::Timeout(timeout)))
     }
 
-    /// GETs `path` and reads the answer, all within `timeout` (operators' evidence).
+    /// GETs `path` and reads the answer, all within `timeout` (saga op queries, operators'
+    /// evidence).
     pub async fn get(&self, path: &str, timeout: Duration) -> Result<Answer, CallError> {
         tokio::time::timeout(
             timeout,

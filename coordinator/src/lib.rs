@@ -26,4 +26,5 @@ pub mod metrics;
 pub mod outcomes;
 pub mod records;
 pub mod runtime;
+pub mod saga;
 pub mod server;

@@ -24,6 +24,12 @@ pub mod record_type {
     pub const BEHIND: u8 = 6;
     /// 30..=39: operator actions.
     pub const AUDIT: u8 = 30;
+    // Sagas (issue 13): 10..=19.
+    pub const SAGA_BEGIN: u8 = 10;
+    pub const SAGA_STEP_STARTED: u8 = 11;
+    pub const SAGA_STEP_OUTCOME: u8 = 12;
+    pub const SAGA_TIMED_OUT: u8 = 13;
+    pub const SAGA_END: u8 = 14;
 }
 
 /// One logged fact.
@@ -46,6 +52,81 @@ pub enum LogRecord {
     /// An operator action (forced before it is answered or takes effect): who, when, why,
     /// what was known. A resolution is answered to participants in doubt from then on.
     Audit(AuditEntry),
+    /// A saga's progress (record types 10..=19; all forced before they are acted on).
+    Saga(SagaRecord),
+}
+
+/// What the saga engine logs. Every step's start and outcome is durable before the next
+/// message is sent; replay folds them with the planner's rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SagaRecord {
+    /// The saga was accepted, with its whole definition (the idempotency digest covers it).
+    Begin(SagaBeginRecord),
+    /// An action or compensation attempt is about to be sent (its outcome is unknown until
+    /// an outcome record follows).
+    StepStarted(SagaStepStarted),
+    /// What an action, compensation or op query answered.
+    StepOutcome(SagaStepOutcome),
+    /// The saga's deadline passed: compensation starts (unless a pivot succeeded).
+    TimedOut(SagaIdRecord),
+    /// The saga reached a terminal state.
+    End(SagaEndRecord),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaBeginRecord {
+    pub id: TxId,
+    pub digest: Digest,
+    pub request: protocol::saga::SagaRequest,
+    pub created_at_ms: u64,
+    pub deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaStepStarted {
+    pub id: TxId,
+    pub step: u32,
+    pub kind: protocol::saga::OpKind,
+    pub attempt: u32,
+}
+
+/// How one operation ended, as the engine classified the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SagaOpOutcome {
+    Done {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<serde_json::Value>,
+    },
+    Failed {
+        reason: String,
+    },
+    Unknown {
+        error: String,
+    },
+    /// An op query proved the action never applied.
+    NotFound,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaStepOutcome {
+    pub id: TxId,
+    pub step: u32,
+    pub kind: protocol::saga::OpKind,
+    pub outcome: SagaOpOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaIdRecord {
+    pub id: TxId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaEndRecord {
+    pub id: TxId,
+    pub state: protocol::saga::SagaState,
+    pub reason: Option<String>,
+    pub ended_at_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +245,9 @@ pub struct Snapshot {
     /// The sequence number after the last operator action.
     #[serde(default)]
     pub audit_next_seq: u64,
+    /// Every saga the log holds, live and ended (issue 13).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sagas: Vec<crate::saga::engine::Saga>,
 }
 
 /// A record or snapshot whose bytes passed the WAL's CRC but do not mean anything to us.
@@ -191,6 +275,11 @@ impl LogRecord {
             LogRecord::End(_) => record_type::END,
             LogRecord::Behind(_) => record_type::BEHIND,
             LogRecord::Audit(_) => record_type::AUDIT,
+            LogRecord::Saga(SagaRecord::Begin(_)) => record_type::SAGA_BEGIN,
+            LogRecord::Saga(SagaRecord::StepStarted(_)) => record_type::SAGA_STEP_STARTED,
+            LogRecord::Saga(SagaRecord::StepOutcome(_)) => record_type::SAGA_STEP_OUTCOME,
+            LogRecord::Saga(SagaRecord::TimedOut(_)) => record_type::SAGA_TIMED_OUT,
+            LogRecord::Saga(SagaRecord::End(_)) => record_type::SAGA_END,
         }
     }
 
@@ -204,6 +293,11 @@ impl LogRecord {
             LogRecord::End(r) => serde_json::to_vec(r),
             LogRecord::Behind(r) => serde_json::to_vec(r),
             LogRecord::Audit(r) => serde_json::to_vec(r),
+            LogRecord::Saga(SagaRecord::Begin(r)) => serde_json::to_vec(r),
+            LogRecord::Saga(SagaRecord::StepStarted(r)) => serde_json::to_vec(r),
+            LogRecord::Saga(SagaRecord::StepOutcome(r)) => serde_json::to_vec(r),
+            LogRecord::Saga(SagaRecord::TimedOut(r)) => serde_json::to_vec(r),
+            LogRecord::Saga(SagaRecord::End(r)) => serde_json::to_vec(r),
         };
         // These structs hold only strings, numbers and enums: serialization cannot fail.
         encoded.unwrap_or_default()
@@ -223,6 +317,21 @@ impl LogRecord {
             record_type::END => serde_json::from_slice(payload).map(LogRecord::End),
             record_type::BEHIND => serde_json::from_slice(payload).map(LogRecord::Behind),
             record_type::AUDIT => serde_json::from_slice(payload).map(LogRecord::Audit),
+            record_type::SAGA_BEGIN => {
+                serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::Begin(r)))
+            }
+            record_type::SAGA_STEP_STARTED => {
+                serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::StepStarted(r)))
+            }
+            record_type::SAGA_STEP_OUTCOME => {
+                serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::StepOutcome(r)))
+            }
+            record_type::SAGA_TIMED_OUT => {
+                serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::TimedOut(r)))
+            }
+            record_type::SAGA_END => {
+                serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::End(r)))
+            }
             other => {
                 return Err(DecodeError::UnknownType {
                     seq,
@@ -339,6 +448,7 @@ mod tests {
             }],
             audit: vec![],
             audit_next_seq: 2,
+            sagas: vec![],
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
     }

@@ -8,6 +8,9 @@ pub const AFTER_PREPARED_DURABLE: &str = "participant::after_prepared_durable";
 /// Commit: the commit record is durable, the ack not yet sent.
 pub const AFTER_COMMIT_LOGGED: &str = "participant::after_commit_logged";
 
+/// Saga action: applied and its record durable, the answer not yet sent (issue 13).
+pub const SAGA_AFTER_ACTION_APPLIED: &str = "participant::saga_after_action_applied";
+
 pub(crate) fn crash_point(name: &'static str) {
     #[cfg(not(feature = "failpoints"))]
     let _ = name;

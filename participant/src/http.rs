@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use protocol::kv::PreparedList;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::operator::AttemptStatus;
+use protocol::saga::{OpKind, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
 use protocol::{
     AckResponse, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote, routes,
 };
@@ -19,6 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::metrics::Gauges;
 use crate::resource::Resource;
+use crate::saga_service::SagaOpError;
 use crate::service::{Participant, RequestError};
 
 /// An error answer: `{"error": code, "message": ...}` with the code's status.
@@ -98,6 +100,9 @@ impl<R: Resource> Participant<R> {
             .route(routes::ABORT, post(abort::<R>))
             .route(routes::PREPARED, get(prepared::<R>))
             .route(routes::ATTEMPT, get(attempt::<R>))
+            .route(routes::SAGA_ACTION, post(saga_action::<R>))
+            .route(routes::SAGA_COMPENSATE, post(saga_compensate::<R>))
+            .route(routes::SAGA_OP, get(saga_op_status::<R>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
@@ -179,6 +184,44 @@ async fn abort<R: Resource>(
     let request: DecisionRequest = json_body(&headers, body)?;
     participant.abort(request).await?;
     Ok(axum::Json(AckResponse { ack: true }))
+}
+
+async fn saga_action<R: Resource>(
+    State(participant): State<Participant<R>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<SagaOpAnswer>, ApiError> {
+    saga_op(participant, OpKind::Action, headers, body).await
+}
+
+async fn saga_compensate<R: Resource>(
+    State(participant): State<Participant<R>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<SagaOpAnswer>, ApiError> {
+    saga_op(participant, OpKind::Compensation, headers, body).await
+}
+
+/// A busy answer is 503 `not_ready` (the coordinator counts it as unknown and asks again).
+async fn saga_op<R: Resource>(
+    participant: Participant<R>,
+    kind: OpKind,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<axum::Json<SagaOpAnswer>, ApiError> {
+    let request: SagaOpRequest = json_body(&headers, body)?;
+    match participant.saga_op(kind, request).await {
+        Ok(answer) => Ok(axum::Json(answer)),
+        Err(SagaOpError::Busy(why)) => Err(ApiError::new(ErrorCode::NotReady, why)),
+        Err(SagaOpError::Request(e)) => Err(e.into()),
+    }
+}
+
+async fn saga_op_status<R: Resource>(
+    State(participant): State<Participant<R>>,
+    Path(op_id): Path<String>,
+) -> axum::Json<OpStatusResponse> {
+    axum::Json(participant.saga_op_status(&op_id))
 }
 
 async fn prepared<R: Resource>(

@@ -62,6 +62,20 @@ pub enum Record {
         epoch: Epoch,
         incarnation: Incarnation,
     },
+    /// A saga action or compensation through the barrier (issue 13; type 10): the guard and,
+    /// when `answer` is `done`, the effect (`payload`, applied again on replay). Forced before
+    /// the answer leaves.
+    SagaOp {
+        saga_id: TxId,
+        step: String,
+        op_id: String,
+        kind: protocol::saga::OpKind,
+        coordinator_id: CoordinatorId,
+        epoch: Epoch,
+        answer: crate::engine::saga::BarrierAnswer,
+        payload: serde_json::Value,
+        at_ms: u64,
+    },
 }
 
 /// The highest epoch seen from one coordinator id, and the run that claimed it.
@@ -99,6 +113,7 @@ impl Record {
             Record::Aborted { .. } => 3,
             Record::Refused { .. } => 4,
             Record::Fence { .. } => 5,
+            Record::SagaOp { .. } => 10,
         })
     }
 
@@ -109,12 +124,15 @@ impl Record {
             Record::Aborted { .. } => "aborted",
             Record::Refused { .. } => "refused",
             Record::Fence { .. } => "fence",
+            Record::SagaOp { .. } => "saga_op",
         }
     }
 
-    /// The coordinator and the fence (epoch, incarnation) this record carries.
-    pub fn fence(&self) -> (&CoordinatorId, Fence) {
+    /// The coordinator and the fence (epoch, incarnation) this record carries; none for saga
+    /// ops (their messages carry no incarnation, and op ids make them idempotent instead).
+    pub fn fence(&self) -> Option<(&CoordinatorId, Fence)> {
         let (coordinator_id, epoch, incarnation) = match self {
+            Record::SagaOp { .. } => return None,
             Record::Prepared {
                 coordinator_id,
                 epoch,
@@ -145,13 +163,13 @@ impl Record {
                 incarnation,
             } => (coordinator_id, epoch, incarnation),
         };
-        (
+        Some((
             coordinator_id,
             Fence {
                 epoch: *epoch,
                 incarnation: *incarnation,
             },
-        )
+        ))
     }
 
     /// The WAL payload.
@@ -166,7 +184,7 @@ impl Record {
         record_type: RecordType,
         payload: &[u8],
     ) -> Result<Record, DecodeError> {
-        if !(1..=5).contains(&record_type.0) {
+        if !(1..=5).contains(&record_type.0) && record_type.0 != 10 {
             return Err(DecodeError::UnknownType {
                 seq,
                 record_type: record_type.0,

@@ -512,6 +512,12 @@ impl<R: Resource> Participant<R> {
         }
     }
 
+    /// Submits a record forced under the held mutex, counted toward the next checkpoint.
+    pub(crate) fn submit_counted(&self, state: &mut State<R>, record: &Record) -> AppendTicket {
+        state.records_since_checkpoint += 1;
+        self.submit(record, true)
+    }
+
     fn submit(&self, record: &Record, forced: bool) -> AppendTicket {
         let durability = match (forced, record) {
             (false, _) => Durability::Lazy,
@@ -519,9 +525,13 @@ impl<R: Resource> Participant<R> {
             // is off the client's path, so its fsync may wait to be shared with the next
             // prepare, which would otherwise queue behind it.
             (true, Record::Committed { .. } | Record::Aborted { .. }) => Durability::Grouped,
-            (true, Record::Prepared { .. } | Record::Refused { .. } | Record::Fence { .. }) => {
-                Durability::Forced
-            }
+            (
+                true,
+                Record::Prepared { .. }
+                | Record::Refused { .. }
+                | Record::Fence { .. }
+                | Record::SagaOp { .. },
+            ) => Durability::Forced,
         };
         self.inner
             .wal

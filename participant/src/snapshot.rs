@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Per coordinator run, the highest attempt position whose tombstone was dropped.
     pub forgotten: Vec<(String, u64)>,
+    /// The saga barrier (issue 13); absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub saga_barrier: Vec<(String, crate::engine::saga::BarrierEntry)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +83,11 @@ impl<R: Resource> Engine<R> {
                 .collect(),
             tombstones: self.tombstones.to_vec(),
             forgotten: self.tombstones.forgotten(),
+            saga_barrier: self
+                .saga_barrier
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 
@@ -125,6 +133,7 @@ impl<R: Resource> Engine<R> {
                 prepared_at_ms: p.prepared_at_ms,
             })?;
         }
+        engine.saga_barrier = snapshot.saga_barrier.into_iter().collect();
         Ok(engine)
     }
 }

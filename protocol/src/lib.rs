@@ -13,6 +13,7 @@ pub mod limits;
 pub mod messages;
 pub mod operator;
 pub mod routes;
+pub mod saga;
 pub mod transaction;
 
 pub use error::{ErrorBody, ErrorCode};

@@ -16,6 +16,14 @@ pub const AUDIT: &str = "/v1/audit";
 /// Coordinator, operators: everything stuck or in doubt, and the live page that shows it.
 pub const CLUSTER: &str = "/v1/cluster";
 pub const UI: &str = "/ui";
+/// Coordinator: create (POST) and list (GET) sagas; one saga's status (issue 13).
+pub const SAGAS: &str = "/v1/sagas";
+pub const SAGA: &str = "/v1/sagas/{id}";
+
+/// Participant saga routes, relative to the participant's base URL.
+pub const SAGA_ACTION: &str = "/saga/action";
+pub const SAGA_COMPENSATE: &str = "/saga/compensate";
+pub const SAGA_OP: &str = "/saga/ops/{op_id}";
 
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";

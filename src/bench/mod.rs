@@ -7,6 +7,7 @@
 mod disk;
 pub mod floor;
 mod load;
+mod sagas;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -56,6 +57,10 @@ pub struct Args {
     /// Participant names registered at --target-coordinator (repeat; reference KV participants).
     #[arg(long)]
     pub target_participant: Vec<String>,
+    /// Measure 3-step sagas instead (issue 13), at each --concurrency, against the same steps
+    /// sent as plain HTTP calls to the participants (no coordinator log), in the same run.
+    #[arg(long)]
+    pub sagas: bool,
 }
 
 /// One row of the table.
@@ -141,6 +146,9 @@ async fn fsyncs(client: &reqwest::Client, target: &Target) -> Option<f64> {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if args.sagas {
+        return sagas::run(&args.concurrency, args.seconds).await;
+    }
     let max_participants = args.participants.iter().copied().max().unwrap_or(1);
     let scratch = std::env::temp_dir().join(format!("twopc-bench-{}", std::process::id()));
     let own = args.target_coordinator.is_none();

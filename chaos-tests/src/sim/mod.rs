@@ -27,12 +27,14 @@ mod io;
 mod net;
 mod operator;
 mod participant_node;
+mod saga_world;
 mod trace;
 mod world;
 
 use std::fmt;
 
 pub use disk::Disk;
+pub use saga_world::{SagaRunStats, SagaSimConfig, run_saga_seed};
 
 /// A deliberate bug in the modelled runtimes, to prove the simulator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -132,7 +132,7 @@ impl ParticipantNode {
             Record::Committed { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Committed),
             Record::Aborted { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Aborted),
             Record::Refused { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Refused),
-            Record::Prepared { .. } | Record::Fence { .. } => {}
+            Record::Prepared { .. } | Record::Fence { .. } | Record::SagaOp { .. } => {}
         }
     }
 

@@ -3,10 +3,13 @@
 
 mod error;
 mod operator;
+mod sagas;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sagas;
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,6 +43,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
     ("get", routes::METRICS),
+    ("post", routes::SAGAS),
+    ("get", routes::SAGAS),
+    ("get", routes::SAGA),
 ];
 
 /// What the handlers share. The core appears once recovery finished; until then every route
@@ -83,6 +89,8 @@ pub fn router(state: AppState) -> Router {
         .route(routes::AUDIT, get(operator::audit))
         .route(routes::CLUSTER, get(operator::cluster))
         .route(routes::UI, get(operator::ui))
+        .route(routes::SAGAS, get(sagas::list).post(sagas::create))
+        .route(routes::SAGA, get(sagas::status))
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
@@ -159,10 +167,14 @@ async fn metrics(State(state): State<AppState>) -> Response {
         }
         None => Sampled::default(),
     };
+    let mut text = state.metrics.render_with(sampled, &loads);
+    if let Some(core) = state.core.get() {
+        text.push_str(&core.saga_metrics_text());
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render_with(sampled, &loads),
+        text,
     )
         .into_response()
 }

@@ -86,6 +86,8 @@ impl Engine {
                     engine.behind.get_or_insert(behind);
                 }
                 LogRecord::Audit(entry) => engine.operator.apply(entry),
+                // Sagas replay into their own table (`SagaEngine::replay`).
+                LogRecord::Saga(_) => {}
             }
         }
         engine.loads.recount(engine.live.values());
@@ -151,6 +153,8 @@ impl Engine {
             resolved: Vec::new(),
             audit: Vec::new(),
             audit_next_seq: 0,
+            // The runtime fills in the saga table's copy (taken under the same lock order).
+            sagas: Vec::new(),
         };
         (snapshot.resolved, snapshot.audit, snapshot.audit_next_seq) = self.operator.snapshot();
         for tx in self.live.values() {

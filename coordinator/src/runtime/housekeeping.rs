@@ -32,7 +32,9 @@ impl Core {
                 now_ms: now_ms(),
                 retention_ms: self.config.retention_ms,
             });
-            let snapshot = engine.snapshot(self.identity.clone());
+            let mut snapshot = engine.snapshot(self.identity.clone());
+            // Under both locks (2PC engine first): the copy matches the records before it.
+            snapshot.sagas = self.sagas.lock().snapshot();
             let size = Arc::clone(&bytes);
             self.wal.checkpoint_with(move || {
                 let encoded = snapshot.encode();

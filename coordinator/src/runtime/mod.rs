@@ -10,6 +10,7 @@ mod cluster;
 mod housekeeping;
 mod operator;
 pub mod participants;
+mod sagas;
 mod start;
 
 #[cfg(test)]
@@ -40,6 +41,7 @@ use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
 pub use operator::{OperatorError, RetryTarget};
+pub use sagas::{SagaOutcome, SagaShell};
 pub use start::{StartError, recover, recover_on};
 
 /// Unix time in milliseconds (0 if the clock is before 1970).
@@ -76,6 +78,8 @@ pub struct Core {
     archive_generation: AtomicU64,
     /// Operator actions run one at a time (see `operator`).
     operator_lock: tokio::sync::Mutex<()>,
+    /// The saga table (issue 13), run by `sagas.rs`.
+    sagas: SagaShell,
 }
 
 /// A new transaction, checked by the API.
@@ -419,7 +423,8 @@ impl Core {
                             | LogRecord::Decision(_)
                             | LogRecord::Ack(_)
                             | LogRecord::Behind(_)
-                            | LogRecord::Audit(_) => {}
+                            | LogRecord::Audit(_)
+                            | LogRecord::Saga(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),

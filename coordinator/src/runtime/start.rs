@@ -18,7 +18,8 @@ use crate::http_client::{BadBaseUrl, Endpoint};
 use crate::metrics::Metrics;
 use crate::outcomes::{OutcomeStore, archiver};
 use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
-use crate::runtime::{Core, now_ms};
+use crate::runtime::{Core, SagaShell, now_ms};
+use crate::saga::engine::{SagaConfig, SagaEngine, SagaEvent};
 
 /// Why the coordinator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +105,7 @@ pub async fn recover_on(
         dir: dir.display().to_string(),
         source,
     };
-    let snapshot = recovery
+    let mut snapshot = recovery
         .snapshot
         .as_deref()
         .map(Snapshot::decode)
@@ -117,6 +118,18 @@ pub async fn recover_on(
                 .map_err(undecodable)?,
         );
     }
+    let sagas = SagaEngine::replay(
+        SagaConfig {
+            retry_base_ms: config.retry_base_ms,
+            retry_max_ms: config.retry_max_ms,
+            step_timeout_ms: config.delivery_timeout_ms,
+        },
+        snapshot
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.sagas))
+            .unwrap_or_default(),
+        &records,
+    );
     let replayed = Engine::replay(
         EngineConfig {
             retry_base_ms: config.retry_base_ms,
@@ -180,6 +193,7 @@ pub async fn recover_on(
         archive,
         archive_generation: AtomicU64::new(0),
         operator_lock: tokio::sync::Mutex::new(()),
+        sagas: SagaShell::new(sagas),
     });
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.
@@ -197,5 +211,7 @@ pub async fn recover_on(
         identity: core.identity.clone(),
     });
     core.recovering.store(false, Ordering::Relaxed);
+    // Every live saga resumes where its log says: unknown steps are asked about first.
+    core.apply_saga(SagaEvent::Recovered { now_ms: now_ms() });
     Ok(core)
 }

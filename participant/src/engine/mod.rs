@@ -13,6 +13,7 @@
 mod in_doubt;
 mod phases;
 mod replay;
+pub mod saga;
 mod types;
 mod waits;
 
@@ -45,6 +46,8 @@ pub struct Engine<R: Resource> {
     pub(crate) epochs: BTreeMap<CoordinatorId, Fence>,
     /// Prepares queued for locks, oldest attempt first (never logged; see `waits`).
     pub(crate) waits: Waits<R::Staged>,
+    /// Saga steps seen, with the first answer of each op (see `saga`).
+    pub(crate) saga_barrier: saga::Barrier,
 }
 
 impl<R: Resource> Engine<R> {
@@ -58,6 +61,7 @@ impl<R: Resource> Engine<R> {
             tombstones,
             epochs: BTreeMap::new(),
             waits: Waits::default(),
+            saga_barrier: saga::Barrier::new(),
         }
     }
 

@@ -30,15 +30,25 @@ pub(crate) struct LoggedPrepare {
 impl<R: Resource> Engine<R> {
     /// Replays one logged record (recovery). Never rejects: the log is what happened.
     pub fn replay(&mut self, record: Record) -> Result<(), ReplayError> {
-        let (coordinator_id, fence) = record.fence();
-        if self
-            .epochs
-            .get(coordinator_id)
-            .is_none_or(|e| e.epoch < fence.epoch)
+        if let Some((coordinator_id, fence)) = record.fence()
+            && self
+                .epochs
+                .get(coordinator_id)
+                .is_none_or(|e| e.epoch < fence.epoch)
         {
             self.epochs.insert(coordinator_id.clone(), fence);
         }
         match record {
+            Record::SagaOp {
+                saga_id,
+                step,
+                kind,
+                answer,
+                payload,
+                ..
+            } => {
+                self.replay_saga_op(saga_id.as_str(), &step, kind, answer, &payload);
+            }
             Record::Prepared {
                 gtid,
                 txid,

@@ -1,0 +1,349 @@
+//! The async shell around the saga engine: it steps the engine under its lock, submits the
+//! records it returns to the log (forced), and only once they are durable executes the rest
+//! (sends to participants, op queries, timers, replies), feeding answers back as events.
+//!
+//! Lock order: the 2PC engine's lock before the saga table's (the checkpoint takes both);
+//! nothing here takes the 2PC engine's lock.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tracing::{debug, error, info, warn};
+
+use protocol::TxId;
+use protocol::limits::REASON_LEN_MAX;
+use protocol::routes;
+use protocol::saga::{
+    OpKind, OpStatus, OpStatusResponse, SagaOpAnswer, SagaOpRequest, SagaRequest, SagaResponse,
+    SagaState,
+};
+use wal::{Durability, RecordType};
+
+use crate::digest::Digest;
+use crate::engine::WaiterId;
+use crate::records::{LogRecord, SagaOpOutcome, SagaRecord};
+use crate::runtime::participants::truncate;
+use crate::runtime::{Core, now_ms};
+use crate::saga::engine::{ProbeAnswer, SagaCommand, SagaEngine, SagaEvent, SagaReply, SagaWait};
+
+/// What a saga submitter hears: the engine's reply, or that its record could not be logged.
+pub type SagaOutcome = Result<SagaReply, String>;
+
+/// The saga table and what the shell keeps beside it.
+#[derive(Debug)]
+pub struct SagaShell {
+    engine: Mutex<SagaEngine>,
+    waiters: Mutex<HashMap<WaiterId, oneshot::Sender<SagaOutcome>>>,
+    next_waiter: AtomicU64,
+    /// Actions and compensations sent again (attempt > 1), for `twopc_saga_step_retries_total`.
+    step_retries: AtomicU64,
+}
+
+impl SagaShell {
+    pub fn new(engine: SagaEngine) -> SagaShell {
+        SagaShell {
+            engine: Mutex::new(engine),
+            waiters: Mutex::new(HashMap::new()),
+            next_waiter: AtomicU64::new(1),
+            step_retries: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SagaEngine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_waiters(&self) -> MutexGuard<'_, HashMap<WaiterId, oneshot::Sender<SagaOutcome>>> {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Core {
+    /// Starts (or joins) a saga and waits for the answer the request asked for. `None` means
+    /// the process is shutting down before an answer came.
+    pub async fn submit_saga(
+        self: &Arc<Self>,
+        request: SagaRequest,
+        digest: Digest,
+        wait: SagaWait,
+    ) -> Option<SagaOutcome> {
+        let waiter = self.sagas.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.sagas.lock_waiters().insert(waiter, sender);
+        self.apply_saga(SagaEvent::Submit {
+            waiter,
+            wait,
+            request,
+            digest,
+            now_ms: now_ms(),
+        });
+        receiver.await.ok()
+    }
+
+    pub fn saga_status(&self, id: &TxId) -> Option<SagaResponse> {
+        self.sagas.lock().get(id).map(|saga| saga.view(now_ms()))
+    }
+
+    pub fn list_sagas(&self, state: Option<SagaState>, limit: usize) -> Vec<SagaResponse> {
+        self.sagas.lock().list(state, limit, now_ms())
+    }
+
+    /// `twopc_sagas{state=...}` and `twopc_saga_step_retries_total`, Prometheus text.
+    pub fn saga_metrics_text(&self) -> String {
+        let counts = self.sagas.lock().counts();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP twopc_sagas Sagas in this coordinator's table by state (needs_attention and \
+             compensating ones want an operator's eye).\n# TYPE twopc_sagas gauge"
+        );
+        for (state, count) in counts {
+            let _ = writeln!(out, "twopc_sagas{{state=\"{}\"}} {count}", state.as_str());
+        }
+        let _ = writeln!(
+            out,
+            "# HELP twopc_saga_step_retries_total Saga actions and compensations sent again \
+             under the same op id (after an unknown outcome or a failing compensation).\n\
+             # TYPE twopc_saga_step_retries_total counter\ntwopc_saga_step_retries_total {}",
+            self.sagas.step_retries.load(Ordering::Relaxed)
+        );
+        out
+    }
+
+    /// Steps the saga engine; its records are submitted under the lock (the log's order is
+    /// the engine's), and everything else runs once they are durable.
+    pub(crate) fn apply_saga(self: &Arc<Self>, event: SagaEvent) {
+        let mut tickets = Vec::new();
+        let mut actions = Vec::new();
+        let mut outcome_logged = false;
+        {
+            let mut engine = self.sagas.lock();
+            for command in engine.step(event) {
+                match command {
+                    SagaCommand::Append(record) => {
+                        outcome_logged |=
+                            matches!(record, LogRecord::Saga(SagaRecord::StepOutcome(_)));
+                        tickets.push(self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        ));
+                    }
+                    other => actions.push(other),
+                }
+            }
+        }
+        if tickets.is_empty() && actions.is_empty() {
+            return;
+        }
+        let core = Arc::clone(self);
+        tokio::spawn(async move {
+            for ticket in tickets {
+                if let Err(e) = ticket.wait().await {
+                    error!(error = %e, "LOG FAILED: a saga record could not be made durable; \
+                           nothing that depends on it is sent (the next start resumes the saga)");
+                    for action in actions {
+                        if let SagaCommand::Reply { waiter, .. } = action
+                            && let Some(sender) = core.sagas.lock_waiters().remove(&waiter)
+                        {
+                            let _ = sender.send(Err(e.to_string()));
+                        }
+                    }
+                    return;
+                }
+            }
+            if outcome_logged {
+                crash_point!("coordinator::saga_after_outcome_logged");
+            }
+            for action in actions {
+                core.execute_saga(action);
+            }
+        });
+    }
+
+    fn execute_saga(self: &Arc<Self>, command: SagaCommand) {
+        match command {
+            SagaCommand::Append(_) => {}
+            SagaCommand::Reply { waiter, reply } => {
+                if let Some(sender) = self.sagas.lock_waiters().remove(&waiter) {
+                    let _ = sender.send(Ok(reply));
+                }
+            }
+            SagaCommand::ArmRetry { id, after_ms } => {
+                // Weak: a long saga deadline must not keep a stopped coordinator alive.
+                let core = Arc::downgrade(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    let Some(core) = core.upgrade() else {
+                        return;
+                    };
+                    core.apply_saga(SagaEvent::RetryDue {
+                        id,
+                        now_ms: now_ms(),
+                    });
+                });
+            }
+            SagaCommand::ArmDeadline { id, after_ms } => {
+                // Weak: a long saga deadline must not keep a stopped coordinator alive.
+                let core = Arc::downgrade(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    let Some(core) = core.upgrade() else {
+                        return;
+                    };
+                    core.apply_saga(SagaEvent::DeadlineDue {
+                        id,
+                        now_ms: now_ms(),
+                    });
+                });
+            }
+            SagaCommand::Send {
+                id,
+                step,
+                kind,
+                participant,
+                op_id,
+                payload,
+                attempt,
+                timeout_ms,
+            } => {
+                if attempt > 1 {
+                    self.sagas.step_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                let core = Arc::clone(self);
+                tokio::spawn(async move {
+                    let step_name = core
+                        .sagas
+                        .lock()
+                        .get(&id)
+                        .and_then(|s| s.begin.request.steps.get(step).map(|s| s.name.clone()))
+                        .unwrap_or_default();
+                    let request = SagaOpRequest {
+                        saga_id: id.clone(),
+                        step: step_name,
+                        op_id,
+                        coordinator_id: core.identity.coordinator_id.clone(),
+                        epoch: core.identity.epoch,
+                        payload,
+                    };
+                    let outcome = core.send_op(&participant, kind, &request, timeout_ms).await;
+                    match kind {
+                        OpKind::Action => crash_point!("coordinator::saga_before_outcome_logged"),
+                        OpKind::Compensation => {
+                            crash_point!("coordinator::saga_during_compensation")
+                        }
+                    }
+                    debug!(saga = %id, step, ?kind, attempt, ?outcome, "saga op answered");
+                    core.apply_saga(SagaEvent::OpAnswered {
+                        id,
+                        step,
+                        kind,
+                        outcome,
+                        now_ms: now_ms(),
+                        jitter: fastrand::u64(..),
+                    });
+                });
+            }
+            SagaCommand::Probe {
+                id,
+                step,
+                participant,
+                op_id,
+                timeout_ms,
+            } => {
+                let core = Arc::clone(self);
+                tokio::spawn(async move {
+                    let answer = core.probe_op(&participant, &op_id, timeout_ms).await;
+                    info!(saga = %id, step, %op_id, ?answer, "asked a participant about an unknown op");
+                    core.apply_saga(SagaEvent::ProbeAnswered {
+                        id,
+                        step,
+                        answer,
+                        now_ms: now_ms(),
+                        jitter: fastrand::u64(..),
+                    });
+                });
+            }
+        }
+    }
+
+    /// One action or compensation. Only a 200 with `{"status":"done"|"failed"}` is an answer;
+    /// anything else (timeout, 5xx, malformed) is unknown.
+    async fn send_op(
+        &self,
+        participant: &protocol::ParticipantName,
+        kind: OpKind,
+        request: &SagaOpRequest,
+        timeout_ms: u64,
+    ) -> SagaOpOutcome {
+        let Some(endpoint) = self.participants.get(participant) else {
+            return SagaOpOutcome::Unknown {
+                error: format!("{participant} is not in this coordinator's configuration"),
+            };
+        };
+        let path = match kind {
+            OpKind::Action => routes::SAGA_ACTION,
+            OpKind::Compensation => routes::SAGA_COMPENSATE,
+        };
+        let body = serde_json::to_vec(request).unwrap_or_default();
+        let answer = endpoint
+            .post_json(path, body, Duration::from_millis(timeout_ms))
+            .await;
+        let unknown = |error: String| SagaOpOutcome::Unknown {
+            error: truncate(error, REASON_LEN_MAX),
+        };
+        match answer {
+            Err(e) => unknown(e.to_string()),
+            Ok(answer) if answer.status != 200 => unknown(format!(
+                "HTTP {}: {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            )),
+            Ok(answer) => match serde_json::from_slice::<SagaOpAnswer>(&answer.body) {
+                Ok(SagaOpAnswer::Done { result }) => SagaOpOutcome::Done { result },
+                Ok(SagaOpAnswer::Failed { reason }) => SagaOpOutcome::Failed {
+                    reason: truncate(reason, REASON_LEN_MAX),
+                },
+                Err(e) => unknown(format!("malformed answer: {e}")),
+            },
+        }
+    }
+
+    /// `GET {base}/saga/ops/{op_id}`.
+    async fn probe_op(
+        &self,
+        participant: &protocol::ParticipantName,
+        op_id: &str,
+        timeout_ms: u64,
+    ) -> ProbeAnswer {
+        let Some(endpoint) = self.participants.get(participant) else {
+            return ProbeAnswer::NoAnswer(format!("{participant} is not configured"));
+        };
+        let path = routes::SAGA_OP.replace("{op_id}", op_id);
+        match endpoint.get(&path, Duration::from_millis(timeout_ms)).await {
+            Err(e) => ProbeAnswer::NoAnswer(e.to_string()),
+            Ok(answer) if answer.status != 200 => {
+                ProbeAnswer::NoAnswer(format!("op query: HTTP {}", answer.status))
+            }
+            Ok(answer) => match serde_json::from_slice::<OpStatusResponse>(&answer.body) {
+                Ok(status) => match status.status {
+                    OpStatus::Done => ProbeAnswer::Done(status.result),
+                    OpStatus::Failed => ProbeAnswer::Failed(truncate(
+                        status.reason.unwrap_or_default(),
+                        REASON_LEN_MAX,
+                    )),
+                    OpStatus::Compensated => ProbeAnswer::Compensated,
+                    OpStatus::NotFound => ProbeAnswer::NotFound,
+                },
+                Err(e) => {
+                    warn!(%participant, error = %e, "malformed op query answer");
+                    ProbeAnswer::NoAnswer(format!("malformed op query answer: {e}"))
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,777 @@
+//! The saga state machine: `step(event) -> Vec<SagaCommand>`, in the 2PC engine's style. Time
+//! and randomness come in as event fields; what to do next comes from the planner, so the
+//! engine only keeps the facts and what is in flight.
+//!
+//! Durability: every record comes out as `SagaCommand::Append`, and the shell makes each one
+//! durable before it executes any later command of the same step (a send, a reply). A record is
+//! applied to the table by the same `absorb` that replay uses, so a restarted coordinator holds
+//! exactly the table the log describes.
+//!
+//! It must never do I/O or read a clock.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use protocol::TxId;
+use protocol::saga::{
+    OpKind, SagaRequest, SagaResponse, SagaState, SagaStepStatus, StepStatus, op_id,
+};
+
+use crate::digest::Digest;
+use crate::engine::WaiterId;
+use crate::engine::retry_delay_ms;
+use crate::records::{
+    LogRecord, SagaBeginRecord, SagaEndRecord, SagaIdRecord, SagaOpOutcome, SagaRecord,
+    SagaStepOutcome, SagaStepStarted,
+};
+use crate::saga::planner::{self, Decision, Fact, LogEvent, PlanStep};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SagaConfig {
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// How long one action, compensation or op query may take before it counts as unknown.
+    pub step_timeout_ms: u64,
+}
+
+/// What a client waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SagaWait {
+    /// A terminal state (the default).
+    Terminal,
+    /// Only the durable acceptance (`?wait=none`, 202).
+    Accepted,
+}
+
+/// What `GET {base}/saga/ops/{op_id}` said, or that it said nothing usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeAnswer {
+    Done(Option<serde_json::Value>),
+    Failed(String),
+    Compensated,
+    NotFound,
+    NoAnswer(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SagaEvent {
+    /// A valid request (shape checked, participants configured).
+    Submit {
+        waiter: WaiterId,
+        wait: SagaWait,
+        request: SagaRequest,
+        digest: Digest,
+        now_ms: u64,
+    },
+    /// An action or compensation came back; the shell classified the answer.
+    OpAnswered {
+        id: TxId,
+        step: usize,
+        kind: OpKind,
+        outcome: SagaOpOutcome,
+        now_ms: u64,
+        jitter: u64,
+    },
+    /// An op query came back.
+    ProbeAnswered {
+        id: TxId,
+        step: usize,
+        answer: ProbeAnswer,
+        now_ms: u64,
+        jitter: u64,
+    },
+    RetryDue {
+        id: TxId,
+        now_ms: u64,
+    },
+    DeadlineDue {
+        id: TxId,
+        now_ms: u64,
+    },
+    /// The log is replayed and this run's epoch is durable: resume every live saga.
+    Recovered {
+        now_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SagaCommand {
+    /// Forced append; later commands of the same step wait until it is durable.
+    Append(LogRecord),
+    Send {
+        id: TxId,
+        step: usize,
+        kind: OpKind,
+        participant: protocol::ParticipantName,
+        op_id: String,
+        payload: serde_json::Value,
+        attempt: u32,
+        timeout_ms: u64,
+    },
+    Probe {
+        id: TxId,
+        step: usize,
+        participant: protocol::ParticipantName,
+        op_id: String,
+        timeout_ms: u64,
+    },
+    ArmRetry {
+        id: TxId,
+        after_ms: u64,
+    },
+    ArmDeadline {
+        id: TxId,
+        after_ms: u64,
+    },
+    Reply {
+        waiter: WaiterId,
+        reply: SagaReply,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SagaReply {
+    /// 200: the saga as it stands (terminal unless the client asked for less).
+    Saga(SagaResponse),
+    /// 202 (`?wait=none`): accepted durably, running.
+    Accepted(SagaResponse),
+    /// 409: the id is known with another body.
+    Conflict(TxId),
+}
+
+/// Per-step counters and the last thing learned, for the answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepProgress {
+    pub attempts: u32,
+    pub compensation_attempts: u32,
+    pub last_error: Option<String>,
+    pub result: Option<serde_json::Value>,
+}
+
+/// What is in flight for a saga (never logged: after a restart nothing is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Busy {
+    #[default]
+    Idle,
+    Op(usize, OpKind),
+    Probe(usize),
+    /// A retry timer is armed.
+    Waiting,
+}
+
+/// One saga as the table (and the checkpoint) keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saga {
+    pub begin: SagaBeginRecord,
+    pub facts: Vec<Fact>,
+    pub progress: Vec<StepProgress>,
+    pub timed_out: bool,
+    /// Successes counted so far (the planner's order numbers).
+    pub successes: u32,
+    pub ended: Option<SagaEndRecord>,
+    #[serde(skip)]
+    pub busy: Busy,
+    #[serde(skip)]
+    pub waiters: Vec<WaiterId>,
+    /// Consecutive failures of the current operation, for the backoff.
+    #[serde(skip)]
+    pub failures: u32,
+}
+
+impl Saga {
+    fn new(begin: SagaBeginRecord) -> Saga {
+        let n = begin.request.steps.len();
+        Saga {
+            begin,
+            facts: vec![Fact::NotRun; n],
+            progress: vec![StepProgress::default(); n],
+            timed_out: false,
+            successes: 0,
+            ended: None,
+            busy: Busy::Idle,
+            waiters: Vec::new(),
+            failures: 0,
+        }
+    }
+
+    /// This saga without what only a running process has (in flight, waiters, backoff).
+    fn durable(&self) -> Saga {
+        Saga {
+            busy: Busy::Idle,
+            waiters: Vec::new(),
+            failures: 0,
+            ..self.clone()
+        }
+    }
+
+    fn plan_steps(&self) -> Vec<PlanStep> {
+        self.begin
+            .request
+            .steps
+            .iter()
+            .map(|s| PlanStep {
+                name: s.name.clone(),
+                compensable: s.compensable(),
+            })
+            .collect()
+    }
+
+    pub fn state(&self) -> SagaState {
+        match &self.ended {
+            Some(end) => end.state,
+            None if planner::is_backward(&self.plan_steps(), &self.facts, self.timed_out) => {
+                SagaState::Compensating
+            }
+            None => SagaState::Running,
+        }
+    }
+
+    /// Applies one logged record (live and in replay alike). Idempotent for what matters:
+    /// success is sticky, attempts take the maximum.
+    fn absorb(&mut self, record: &SagaRecord) {
+        match record {
+            SagaRecord::Begin(_) => {}
+            SagaRecord::StepStarted(started) => {
+                let Some(i) = self.index(started.step) else {
+                    return;
+                };
+                let progress = &mut self.progress[i];
+                match started.kind {
+                    OpKind::Action => {
+                        progress.attempts = progress.attempts.max(started.attempt);
+                        self.facts[i] =
+                            planner::apply(self.facts[i], LogEvent::Started, &mut self.successes);
+                    }
+                    OpKind::Compensation => {
+                        progress.compensation_attempts =
+                            progress.compensation_attempts.max(started.attempt);
+                    }
+                }
+            }
+            SagaRecord::StepOutcome(outcome) => {
+                let Some(i) = self.index(outcome.step) else {
+                    return;
+                };
+                let event = match (outcome.kind, &outcome.outcome) {
+                    (OpKind::Action, SagaOpOutcome::Done { .. }) => LogEvent::Succeeded,
+                    (OpKind::Action, SagaOpOutcome::Failed { .. }) => LogEvent::Failed,
+                    (OpKind::Action, SagaOpOutcome::Unknown { .. }) => LogEvent::Unknown,
+                    (_, SagaOpOutcome::NotFound) => LogEvent::NotFound,
+                    (OpKind::Compensation, SagaOpOutcome::Done { .. }) => LogEvent::Compensated,
+                    (OpKind::Compensation, _) => LogEvent::CompensationFailed,
+                };
+                self.facts[i] = planner::apply(self.facts[i], event, &mut self.successes);
+                let progress = &mut self.progress[i];
+                match &outcome.outcome {
+                    SagaOpOutcome::Done { result } => {
+                        if outcome.kind == OpKind::Action && result.is_some() {
+                            progress.result = result.clone();
+                        }
+                        progress.last_error = None;
+                    }
+                    SagaOpOutcome::Failed { reason } => progress.last_error = Some(reason.clone()),
+                    SagaOpOutcome::Unknown { error } => progress.last_error = Some(error.clone()),
+                    SagaOpOutcome::NotFound => {
+                        progress.last_error =
+                            Some("the participant has no record of the action".into())
+                    }
+                }
+            }
+            SagaRecord::TimedOut(_) => self.timed_out = true,
+            SagaRecord::End(end) => self.ended = Some(end.clone()),
+        }
+    }
+
+    fn index(&self, step: u32) -> Option<usize> {
+        let i = usize::try_from(step).ok()?;
+        (i < self.facts.len()).then_some(i)
+    }
+
+    fn step_status(&self, i: usize) -> StepStatus {
+        let compensating = self.busy == Busy::Op(i, OpKind::Compensation);
+        match self.facts[i] {
+            _ if self.busy == Busy::Op(i, OpKind::Action) => StepStatus::Running,
+            Fact::NotRun => StepStatus::Pending,
+            Fact::Unknown => StepStatus::Unknown,
+            Fact::Failed | Fact::NotApplied => StepStatus::Failed,
+            Fact::NotFound if compensating => StepStatus::Compensating,
+            Fact::NotFound => StepStatus::Unknown,
+            Fact::Succeeded { .. } if compensating => StepStatus::Compensating,
+            Fact::Succeeded { .. } => StepStatus::Succeeded,
+            Fact::CompensationFailing { .. } => StepStatus::CompensationFailing,
+            Fact::Compensated { .. } => StepStatus::Compensated,
+        }
+    }
+
+    /// The answer's shape.
+    pub fn view(&self, now_ms: u64) -> SagaResponse {
+        let id = &self.begin.id;
+        let steps = self
+            .begin
+            .request
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let progress = &self.progress[i];
+                let backward = progress.compensation_attempts > 0;
+                SagaStepStatus {
+                    name: step.name.clone(),
+                    participant: step.participant.clone(),
+                    status: self.step_status(i),
+                    attempts: if backward {
+                        progress.compensation_attempts
+                    } else {
+                        progress.attempts
+                    },
+                    last_error: progress.last_error.clone(),
+                    op_id: op_id(
+                        id,
+                        &step.name,
+                        if backward {
+                            OpKind::Compensation
+                        } else {
+                            OpKind::Action
+                        },
+                    ),
+                    result: progress.result.clone(),
+                }
+            })
+            .collect();
+        let until = self.ended.as_ref().map_or(now_ms, |e| e.ended_at_ms);
+        SagaResponse {
+            id: id.clone(),
+            state: self.state(),
+            reason: self.ended.as_ref().and_then(|e| e.reason.clone()),
+            steps,
+            created_at_ms: self.begin.created_at_ms,
+            age_ms: until.saturating_sub(self.begin.created_at_ms),
+        }
+    }
+}
+
+/// Every saga this coordinator's log holds.
+#[derive(Debug, Clone)]
+pub struct SagaEngine {
+    config: SagaConfig,
+    sagas: BTreeMap<TxId, Saga>,
+}
+
+impl SagaEngine {
+    pub fn new(config: SagaConfig) -> SagaEngine {
+        SagaEngine {
+            config,
+            sagas: BTreeMap::new(),
+        }
+    }
+
+    /// Rebuilds the table from a checkpoint's sagas and the records after it.
+    pub fn replay<'a>(
+        config: SagaConfig,
+        snapshot: Vec<Saga>,
+        records: impl IntoIterator<Item = &'a LogRecord>,
+    ) -> SagaEngine {
+        let mut engine = SagaEngine::new(config);
+        for saga in snapshot {
+            engine.sagas.insert(saga.begin.id.clone(), saga.durable());
+        }
+        for record in records {
+            if let LogRecord::Saga(record) = record {
+                engine.absorb(record);
+            }
+        }
+        engine
+    }
+
+    fn absorb(&mut self, record: &SagaRecord) {
+        let id = match record {
+            SagaRecord::Begin(begin) => {
+                self.sagas
+                    .entry(begin.id.clone())
+                    .or_insert_with(|| Saga::new(begin.clone()));
+                return;
+            }
+            SagaRecord::StepStarted(r) => &r.id,
+            SagaRecord::StepOutcome(r) => &r.id,
+            SagaRecord::TimedOut(r) => &r.id,
+            SagaRecord::End(r) => &r.id,
+        };
+        if let Some(saga) = self.sagas.get_mut(id) {
+            saga.absorb(record);
+        }
+    }
+
+    /// Absorbs `record` and emits its append.
+    fn log(&mut self, record: SagaRecord, out: &mut Vec<SagaCommand>) {
+        self.absorb(&record);
+        out.push(SagaCommand::Append(LogRecord::Saga(record)));
+    }
+
+    /// The checkpoint's copy: only what the log holds (nothing in flight, no waiters).
+    pub fn snapshot(&self) -> Vec<Saga> {
+        self.sagas.values().map(Saga::durable).collect()
+    }
+
+    pub fn get(&self, id: &TxId) -> Option<&Saga> {
+        self.sagas.get(id)
+    }
+
+    /// Stuck first (needs_attention, compensating, running), then ended; oldest first within.
+    pub fn list(&self, state: Option<SagaState>, limit: usize, now_ms: u64) -> Vec<SagaResponse> {
+        let rank = |s: SagaState| match s {
+            SagaState::NeedsAttention => 0,
+            SagaState::Compensating => 1,
+            SagaState::Running => 2,
+            SagaState::Compensated => 3,
+            SagaState::Completed => 4,
+        };
+        let mut found: Vec<(u8, u64, &Saga)> = self
+            .sagas
+            .values()
+            .map(|saga| (saga.state(), saga))
+            .filter(|(s, _)| state.is_none_or(|wanted| wanted == *s))
+            .map(|(s, saga)| (rank(s), saga.begin.created_at_ms, saga))
+            .collect();
+        found.sort_by_key(|(rank, created, _)| (*rank, *created));
+        found
+            .into_iter()
+            .take(limit)
+            .map(|(_, _, saga)| saga.view(now_ms))
+            .collect()
+    }
+
+    /// How many sagas are in each state (metrics).
+    pub fn counts(&self) -> BTreeMap<SagaState, u64> {
+        let mut counts: BTreeMap<SagaState, u64> =
+            SagaState::ALL.into_iter().map(|s| (s, 0)).collect();
+        for saga in self.sagas.values() {
+            *counts.entry(saga.state()).or_default() += 1;
+        }
+        counts
+    }
+
+    pub fn step(&mut self, event: SagaEvent) -> Vec<SagaCommand> {
+        let mut out = Vec::new();
+        match event {
+            SagaEvent::Submit {
+                waiter,
+                wait,
+                request,
+                digest,
+                now_ms,
+            } => self.submit(waiter, wait, request, digest, now_ms, &mut out),
+            SagaEvent::OpAnswered {
+                id,
+                step,
+                kind,
+                outcome,
+                now_ms,
+                jitter,
+            } => {
+                let Some(saga) = self.sagas.get(&id) else {
+                    return out;
+                };
+                // A late or duplicate answer (the op was retried since) changes nothing.
+                if saga.busy != Busy::Op(step, kind) {
+                    return out;
+                }
+                // Unknown is asked about (or resent) later; a failing compensation is retried.
+                let retry = matches!(
+                    (&outcome, kind),
+                    (SagaOpOutcome::Unknown { .. }, _)
+                        | (SagaOpOutcome::Failed { .. }, OpKind::Compensation)
+                );
+                self.log(
+                    SagaRecord::StepOutcome(SagaStepOutcome {
+                        id: id.clone(),
+                        step: step as u32,
+                        kind,
+                        outcome,
+                    }),
+                    &mut out,
+                );
+                self.after_answer(&id, retry, now_ms, jitter, &mut out);
+            }
+            SagaEvent::ProbeAnswered {
+                id,
+                step,
+                answer,
+                now_ms,
+                jitter,
+            } => {
+                let Some(saga) = self.sagas.get(&id) else {
+                    return out;
+                };
+                if saga.busy != Busy::Probe(step) {
+                    return out;
+                }
+                let learned = match answer {
+                    ProbeAnswer::Done(result) => {
+                        Some((OpKind::Action, SagaOpOutcome::Done { result }))
+                    }
+                    ProbeAnswer::Failed(reason) => {
+                        Some((OpKind::Action, SagaOpOutcome::Failed { reason }))
+                    }
+                    ProbeAnswer::NotFound => Some((OpKind::Action, SagaOpOutcome::NotFound)),
+                    ProbeAnswer::Compensated => {
+                        Some((OpKind::Compensation, SagaOpOutcome::Done { result: None }))
+                    }
+                    ProbeAnswer::NoAnswer(error) => {
+                        if let Some(saga) = self.sagas.get_mut(&id) {
+                            saga.progress[step].last_error = Some(error);
+                        }
+                        None
+                    }
+                };
+                let retry = learned.is_none();
+                if let Some((kind, outcome)) = learned {
+                    self.log(
+                        SagaRecord::StepOutcome(SagaStepOutcome {
+                            id: id.clone(),
+                            step: step as u32,
+                            kind,
+                            outcome,
+                        }),
+                        &mut out,
+                    );
+                }
+                self.after_answer(&id, retry, now_ms, jitter, &mut out);
+            }
+            SagaEvent::RetryDue { id, now_ms } => {
+                if let Some(saga) = self.sagas.get_mut(&id)
+                    && saga.busy == Busy::Waiting
+                {
+                    saga.busy = Busy::Idle;
+                    self.drive(&id, now_ms, &mut out);
+                }
+            }
+            SagaEvent::DeadlineDue { id, now_ms } => self.deadline(&id, now_ms, &mut out),
+            SagaEvent::Recovered { now_ms } => {
+                let live: Vec<TxId> = self
+                    .sagas
+                    .iter()
+                    .filter(|(_, s)| s.ended.is_none())
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in live {
+                    if let Some(saga) = self.sagas.get_mut(&id) {
+                        saga.busy = Busy::Idle;
+                        let deadline = saga.begin.deadline_ms;
+                        if !saga.timed_out && deadline > now_ms {
+                            out.push(SagaCommand::ArmDeadline {
+                                id: id.clone(),
+                                after_ms: deadline - now_ms,
+                            });
+                        }
+                    }
+                    self.deadline(&id, now_ms, &mut out);
+                    self.drive(&id, now_ms, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn submit(
+        &mut self,
+        waiter: WaiterId,
+        wait: SagaWait,
+        request: SagaRequest,
+        digest: Digest,
+        now_ms: u64,
+        out: &mut Vec<SagaCommand>,
+    ) {
+        if let Some(saga) = self.sagas.get_mut(&request.id) {
+            let reply = if saga.begin.digest != digest {
+                SagaReply::Conflict(request.id)
+            } else if wait == SagaWait::Accepted {
+                SagaReply::Accepted(saga.view(now_ms))
+            } else if saga.ended.is_some() {
+                SagaReply::Saga(saga.view(now_ms))
+            } else {
+                saga.waiters.push(waiter);
+                return;
+            };
+            out.push(SagaCommand::Reply { waiter, reply });
+            return;
+        }
+        let id = request.id.clone();
+        let timeout_ms = request.timeout_ms();
+        let begin = SagaBeginRecord {
+            id: id.clone(),
+            digest,
+            request,
+            created_at_ms: now_ms,
+            deadline_ms: now_ms.saturating_add(timeout_ms),
+        };
+        self.log(SagaRecord::Begin(begin), out);
+        out.push(SagaCommand::ArmDeadline {
+            id: id.clone(),
+            after_ms: timeout_ms,
+        });
+        if wait == SagaWait::Terminal
+            && let Some(saga) = self.sagas.get_mut(&id)
+        {
+            saga.waiters.push(waiter);
+        }
+        self.drive(&id, now_ms, out);
+        if wait == SagaWait::Accepted
+            && let Some(saga) = self.sagas.get(&id)
+        {
+            out.push(SagaCommand::Reply {
+                waiter,
+                reply: SagaReply::Accepted(saga.view(now_ms)),
+            });
+        }
+    }
+
+    fn deadline(&mut self, id: &TxId, now_ms: u64, out: &mut Vec<SagaCommand>) {
+        let Some(saga) = self.sagas.get(id) else {
+            return;
+        };
+        if saga.ended.is_some() || saga.timed_out || now_ms < saga.begin.deadline_ms {
+            return;
+        }
+        self.log(SagaRecord::TimedOut(SagaIdRecord { id: id.clone() }), out);
+        self.drive(id, now_ms, out);
+    }
+
+    fn after_answer(
+        &mut self,
+        id: &TxId,
+        retry: bool,
+        now_ms: u64,
+        jitter: u64,
+        out: &mut Vec<SagaCommand>,
+    ) {
+        let Some(saga) = self.sagas.get_mut(id) else {
+            return;
+        };
+        if retry {
+            saga.failures = saga.failures.saturating_add(1);
+            saga.busy = Busy::Waiting;
+            out.push(SagaCommand::ArmRetry {
+                id: id.clone(),
+                after_ms: retry_delay_ms(
+                    saga.failures,
+                    self.config.retry_base_ms,
+                    self.config.retry_max_ms,
+                    jitter,
+                ),
+            });
+        } else {
+            saga.failures = 0;
+            saga.busy = Busy::Idle;
+            self.drive(id, now_ms, out);
+        }
+    }
+
+    /// Asks the planner what comes next and starts it, unless something is in flight.
+    fn drive(&mut self, id: &TxId, now_ms: u64, out: &mut Vec<SagaCommand>) {
+        let Some(saga) = self.sagas.get(id) else {
+            return;
+        };
+        if saga.ended.is_some() || saga.busy != Busy::Idle {
+            return;
+        }
+        let plan = planner::plan(&saga.plan_steps(), &saga.facts, saga.timed_out);
+        let end = |state| (state, Some(plan.reason.clone()));
+        let ending = match plan.decision {
+            Decision::Complete => Some((SagaState::Completed, None)),
+            Decision::Compensated => Some(end(SagaState::Compensated)),
+            Decision::NeedsAttention => Some(end(SagaState::NeedsAttention)),
+            Decision::Continue => {
+                let i = plan.next_index.unwrap_or_default();
+                self.start_op(id, i, OpKind::Action, out);
+                None
+            }
+            Decision::Fence => {
+                let i = plan.fence_index.first().copied().unwrap_or_default();
+                self.start_op(id, i, OpKind::Compensation, out);
+                None
+            }
+            Decision::Compensate => {
+                let i = plan.compensate_index.first().copied().unwrap_or_default();
+                self.start_op(id, i, OpKind::Compensation, out);
+                None
+            }
+            Decision::ReconcileFirst => {
+                let i = plan.reconcile_index.first().copied().unwrap_or_default();
+                let timeout_ms = self.config.step_timeout_ms;
+                if let Some(saga) = self.sagas.get_mut(id) {
+                    saga.busy = Busy::Probe(i);
+                    let step = &saga.begin.request.steps[i];
+                    out.push(SagaCommand::Probe {
+                        id: id.clone(),
+                        step: i,
+                        participant: step.participant.clone(),
+                        op_id: op_id(id, &step.name, OpKind::Action),
+                        timeout_ms,
+                    });
+                }
+                None
+            }
+        };
+        if let Some((state, reason)) = ending {
+            self.log(
+                SagaRecord::End(SagaEndRecord {
+                    id: id.clone(),
+                    state,
+                    reason,
+                    ended_at_ms: now_ms,
+                }),
+                out,
+            );
+            if let Some(saga) = self.sagas.get_mut(id) {
+                let view = saga.view(now_ms);
+                for waiter in std::mem::take(&mut saga.waiters) {
+                    out.push(SagaCommand::Reply {
+                        waiter,
+                        reply: SagaReply::Saga(view.clone()),
+                    });
+                }
+            }
+        }
+    }
+
+    fn start_op(&mut self, id: &TxId, i: usize, kind: OpKind, out: &mut Vec<SagaCommand>) {
+        let Some(saga) = self.sagas.get(id) else {
+            return;
+        };
+        let attempt = match kind {
+            OpKind::Action => saga.progress[i].attempts,
+            OpKind::Compensation => saga.progress[i].compensation_attempts,
+        }
+        .saturating_add(1);
+        self.log(
+            SagaRecord::StepStarted(SagaStepStarted {
+                id: id.clone(),
+                step: i as u32,
+                kind,
+                attempt,
+            }),
+            out,
+        );
+        let timeout_ms = self.config.step_timeout_ms;
+        let Some(saga) = self.sagas.get_mut(id) else {
+            return;
+        };
+        saga.busy = Busy::Op(i, kind);
+        let step = &saga.begin.request.steps[i];
+        let payload = match kind {
+            OpKind::Action => step.action.clone(),
+            OpKind::Compensation => step.compensation.clone().unwrap_or(serde_json::Value::Null),
+        };
+        out.push(SagaCommand::Send {
+            id: id.clone(),
+            step: i,
+            kind,
+            participant: step.participant.clone(),
+            op_id: op_id(id, &step.name, kind),
+            payload,
+            attempt,
+            timeout_ms,
+        });
+    }
+}

@@ -1,0 +1,397 @@
+//! The saga state machine, event by event: which records and messages each event produces.
+
+use protocol::TxId;
+use protocol::saga::{OpKind, SagaRequest, SagaState, StepStatus};
+
+use crate::digest::Digest;
+use crate::records::{LogRecord, SagaOpOutcome, SagaRecord};
+use crate::saga::engine::{
+    ProbeAnswer, SagaCommand, SagaConfig, SagaEngine, SagaEvent, SagaReply, SagaWait,
+};
+
+const CONFIG: SagaConfig = SagaConfig {
+    retry_base_ms: 100,
+    retry_max_ms: 1000,
+    step_timeout_ms: 500,
+};
+
+fn id() -> TxId {
+    TxId::new("order-7").unwrap()
+}
+
+/// reserve, charge, then email (no compensation: a pivot).
+fn request() -> SagaRequest {
+    serde_json::from_value(
+        serde_json::json!({"id":"order-7","timeout_ms":10000,"steps":[
+        {"name":"reserve","participant":"inventory","action":{"r":1},"compensation":{"r":-1}},
+        {"name":"charge","participant":"payments","action":{"c":1},"compensation":{"c":-1}},
+        {"name":"email","participant":"mailer","action":{"e":1},"compensation":null}]}),
+    )
+    .unwrap()
+}
+
+fn submit(engine: &mut SagaEngine, wait: SagaWait) -> Vec<SagaCommand> {
+    engine.step(SagaEvent::Submit {
+        waiter: 1,
+        wait,
+        request: request(),
+        digest: Digest(7),
+        now_ms: 1000,
+    })
+}
+
+fn answer(step: usize, kind: OpKind, outcome: SagaOpOutcome) -> SagaEvent {
+    SagaEvent::OpAnswered {
+        id: id(),
+        step,
+        kind,
+        outcome,
+        now_ms: 2000,
+        jitter: 0,
+    }
+}
+
+fn done() -> SagaOpOutcome {
+    SagaOpOutcome::Done { result: None }
+}
+
+fn sends(commands: &[SagaCommand]) -> Vec<(usize, OpKind)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            SagaCommand::Send { step, kind, .. } => Some((*step, *kind)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn records(commands: &[SagaCommand]) -> Vec<SagaRecord> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            SagaCommand::Append(LogRecord::Saga(r)) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replies(commands: &[SagaCommand]) -> Vec<SagaReply> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            SagaCommand::Reply { reply, .. } => Some(reply.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_begin_and_the_first_start_are_logged_before_the_first_action_is_sent() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let commands = submit(&mut engine, SagaWait::Terminal);
+    let first_send = commands
+        .iter()
+        .position(|c| matches!(c, SagaCommand::Send { .. }))
+        .unwrap();
+    let appends: Vec<usize> = (0..commands.len())
+        .filter(|&i| matches!(commands[i], SagaCommand::Append(_)))
+        .collect();
+    assert_eq!(appends.len(), 2, "{commands:?}");
+    assert!(appends.iter().all(|&i| i < first_send));
+    assert!(matches!(records(&commands)[0], SagaRecord::Begin(_)));
+    assert_eq!(sends(&commands), [(0, OpKind::Action)]);
+    match &commands[first_send] {
+        SagaCommand::Send { op_id, .. } => assert_eq!(op_id, "order-7:reserve:action"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_step_succeeds_and_the_waiter_hears_completed() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    assert_eq!(
+        sends(&engine.step(answer(0, OpKind::Action, done()))),
+        [(1, OpKind::Action)]
+    );
+    assert_eq!(
+        sends(&engine.step(answer(1, OpKind::Action, done()))),
+        [(2, OpKind::Action)]
+    );
+    let last = engine.step(answer(2, OpKind::Action, done()));
+    assert!(
+        matches!(records(&last).last(), Some(SagaRecord::End(e)) if e.state == SagaState::Completed)
+    );
+    match &replies(&last)[..] {
+        [SagaReply::Saga(view)] => {
+            assert_eq!(view.state, SagaState::Completed);
+            assert!(
+                view.steps
+                    .iter()
+                    .all(|s| s.status == StepStatus::Succeeded && s.attempts == 1)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_compensates_what_succeeded_in_reverse_and_nothing_else() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    engine.step(answer(0, OpKind::Action, done()));
+    let failed = engine.step(answer(
+        1,
+        OpKind::Action,
+        SagaOpOutcome::Failed {
+            reason: "declined".into(),
+        },
+    ));
+    // The failed charge is not compensated: only reserve is.
+    assert_eq!(sends(&failed), [(0, OpKind::Compensation)]);
+    // A compensation that fails is retried (same op id) after a backoff, forever.
+    let failing = engine.step(answer(
+        0,
+        OpKind::Compensation,
+        SagaOpOutcome::Unknown {
+            error: "503".into(),
+        },
+    ));
+    assert!(matches!(
+        failing[..],
+        [
+            SagaCommand::Append(_),
+            SagaCommand::ArmRetry { after_ms: 50, .. }
+        ]
+    ));
+    let view = engine.get(&id()).unwrap().view(3000);
+    assert_eq!(view.steps[0].status, StepStatus::CompensationFailing);
+    assert_eq!(view.state, SagaState::Compensating);
+    let again = engine.step(SagaEvent::RetryDue {
+        id: id(),
+        now_ms: 3000,
+    });
+    assert_eq!(sends(&again), [(0, OpKind::Compensation)]);
+    let end = engine.step(answer(0, OpKind::Compensation, done()));
+    match &replies(&end)[..] {
+        [SagaReply::Saga(view)] => {
+            assert_eq!(view.state, SagaState::Compensated);
+            assert_eq!(view.steps[0].status, StepStatus::Compensated);
+            assert_eq!(view.steps[0].attempts, 2);
+            assert_eq!(view.steps[1].status, StepStatus::Failed);
+            assert_eq!(view.steps[2].status, StepStatus::Pending);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unknown_is_asked_under_the_same_op_id_and_never_guessed() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    engine.step(answer(0, OpKind::Action, done()));
+    let unknown = engine.step(answer(
+        1,
+        OpKind::Action,
+        SagaOpOutcome::Unknown {
+            error: "timeout".into(),
+        },
+    ));
+    assert!(sends(&unknown).is_empty(), "no compensation on unknown");
+    let probe = engine.step(SagaEvent::RetryDue {
+        id: id(),
+        now_ms: 2100,
+    });
+    match &probe[..] {
+        [SagaCommand::Probe { op_id, step: 1, .. }] => assert_eq!(op_id, "order-7:charge:action"),
+        other => panic!("{other:?}"),
+    }
+    // not_found: the same op is sent again, never a fresh one.
+    let resend = engine.step(SagaEvent::ProbeAnswered {
+        id: id(),
+        step: 1,
+        answer: ProbeAnswer::NotFound,
+        now_ms: 2200,
+        jitter: 0,
+    });
+    assert_eq!(sends(&resend), [(1, OpKind::Action)]);
+    assert!(resend.iter().any(|c| matches!(c, SagaCommand::Send { op_id, attempt: 2, .. } if op_id == "order-7:charge:action")));
+}
+
+#[test]
+fn a_timeout_with_an_unknown_step_reconciles_then_fences_then_compensates() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    engine.step(answer(0, OpKind::Action, done()));
+    engine.step(answer(
+        1,
+        OpKind::Action,
+        SagaOpOutcome::Unknown {
+            error: "timeout".into(),
+        },
+    ));
+    let timed_out = engine.step(SagaEvent::DeadlineDue {
+        id: id(),
+        now_ms: 20_000,
+    });
+    assert!(matches!(records(&timed_out)[..], [SagaRecord::TimedOut(_)]));
+    assert!(
+        sends(&timed_out).is_empty(),
+        "the retry timer is still armed"
+    );
+    engine.step(SagaEvent::RetryDue {
+        id: id(),
+        now_ms: 20_001,
+    });
+    let fence = engine.step(SagaEvent::ProbeAnswered {
+        id: id(),
+        step: 1,
+        answer: ProbeAnswer::NotFound,
+        now_ms: 20_002,
+        jitter: 0,
+    });
+    assert_eq!(sends(&fence), [(1, OpKind::Compensation)]);
+    assert_eq!(
+        sends(&engine.step(answer(1, OpKind::Compensation, done()))),
+        [(0, OpKind::Compensation)]
+    );
+    let end = engine.step(answer(0, OpKind::Compensation, done()));
+    assert!(
+        matches!(&replies(&end)[..], [SagaReply::Saga(v)] if v.state == SagaState::Compensated)
+    );
+}
+
+#[test]
+fn a_failure_after_the_pivot_needs_attention_and_compensates_nothing() {
+    let mut engine = SagaEngine::new(CONFIG);
+    // email (the pivot) first in this saga: reserve after it fails.
+    let mut pivot_first = request();
+    pivot_first.steps.swap(0, 2);
+    engine.step(SagaEvent::Submit {
+        waiter: 1,
+        wait: SagaWait::Terminal,
+        request: pivot_first,
+        digest: Digest(1),
+        now_ms: 0,
+    });
+    engine.step(answer(0, OpKind::Action, done()));
+    engine.step(answer(1, OpKind::Action, done()));
+    let end = engine.step(answer(
+        2,
+        OpKind::Action,
+        SagaOpOutcome::Failed {
+            reason: "gone".into(),
+        },
+    ));
+    assert!(sends(&end).is_empty());
+    match &replies(&end)[..] {
+        [SagaReply::Saga(v)] => {
+            assert_eq!(v.state, SagaState::NeedsAttention);
+            assert!(
+                v.reason.as_deref().unwrap().contains("email"),
+                "{:?}",
+                v.reason
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn same_body_joins_other_body_conflicts_and_wait_none_is_accepted() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let first = submit(&mut engine, SagaWait::Accepted);
+    assert!(
+        matches!(&replies(&first)[..], [SagaReply::Accepted(v)] if v.state == SagaState::Running)
+    );
+    let again = submit(&mut engine, SagaWait::Terminal);
+    assert!(
+        again.is_empty(),
+        "a retry waits for the same saga, starts nothing"
+    );
+    let other = engine.step(SagaEvent::Submit {
+        waiter: 9,
+        wait: SagaWait::Terminal,
+        request: request(),
+        digest: Digest(8),
+        now_ms: 1000,
+    });
+    assert!(matches!(&replies(&other)[..], [SagaReply::Conflict(_)]));
+}
+
+#[test]
+fn duplicate_and_late_answers_change_nothing() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    engine.step(answer(0, OpKind::Action, done()));
+    assert!(engine.step(answer(0, OpKind::Action, done())).is_empty());
+    assert!(
+        engine
+            .step(answer(2, OpKind::Compensation, done()))
+            .is_empty()
+    );
+}
+
+#[test]
+fn replay_of_the_log_and_of_a_snapshot_resumes_where_the_log_says() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let mut log: Vec<LogRecord> = Vec::new();
+    let mut keep = |commands: Vec<SagaCommand>| {
+        for c in commands {
+            if let SagaCommand::Append(r) = c {
+                log.push(r);
+            }
+        }
+    };
+    keep(submit(&mut engine, SagaWait::Terminal));
+    keep(engine.step(answer(0, OpKind::Action, done())));
+    // Crash after charge was sent (its start is logged, its outcome is not).
+    let replayed = SagaEngine::replay(CONFIG, Vec::new(), &log);
+    let from_snapshot = SagaEngine::replay(CONFIG, engine.snapshot(), &[]);
+    for mut engine in [replayed, from_snapshot] {
+        let resumed = engine.step(SagaEvent::Recovered { now_ms: 3000 });
+        assert!(
+            resumed
+                .iter()
+                .any(|c| matches!(c, SagaCommand::ArmDeadline { after_ms: 8000, .. }))
+        );
+        assert!(
+            resumed
+                .iter()
+                .any(|c| matches!(c, SagaCommand::Probe { step: 1, .. })),
+            "the unknown charge is asked about, not resent blindly: {resumed:?}"
+        );
+        let view = engine.get(&id()).unwrap().view(3000);
+        assert_eq!(view.steps[0].status, StepStatus::Succeeded);
+        assert_eq!(view.steps[1].attempts, 1);
+    }
+    // The snapshot round-trips through the checkpoint encoding.
+    let encoded = serde_json::to_vec(&engine.snapshot()).unwrap();
+    let decoded: Vec<crate::saga::engine::Saga> = serde_json::from_slice(&encoded).unwrap();
+    assert_eq!(serde_json::to_vec(&decoded).unwrap(), encoded);
+    assert_eq!(decoded[0].facts, engine.snapshot()[0].facts);
+}
+
+/// Found by the saga simulation: a checkpoint taken while an action was in flight carried
+/// "in flight" into the next start, so a saga completed later showed that step as running.
+#[test]
+fn a_checkpoint_holds_only_durable_state() {
+    let mut engine = SagaEngine::new(CONFIG);
+    submit(&mut engine, SagaWait::Terminal);
+    let snapshot = engine.snapshot();
+    let mut after = Vec::new();
+    for commands in [
+        engine.step(answer(0, OpKind::Action, done())),
+        engine.step(answer(1, OpKind::Action, done())),
+        engine.step(answer(2, OpKind::Action, done())),
+    ] {
+        after.extend(records(&commands).into_iter().map(LogRecord::Saga));
+    }
+    let replayed = SagaEngine::replay(CONFIG, snapshot, &after);
+    let view = replayed.get(&id()).unwrap().view(5000);
+    assert_eq!(view.state, SagaState::Completed);
+    assert!(
+        view.steps.iter().all(|s| s.status == StepStatus::Succeeded),
+        "{view:?}"
+    );
+}

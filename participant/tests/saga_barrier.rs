@@ -1,0 +1,147 @@
+//! The saga branch barrier on the reference KV store, through the library's own calls and a
+//! restart: null compensation, hanging action refused, duplicates answer the first answer,
+//! and the guard durable together with the effect.
+
+use participant::kv::KvStore;
+use participant::{Participant, ParticipantConfig};
+use protocol::saga::{OpKind, OpStatus, SagaOpAnswer, SagaOpRequest, op_id};
+use protocol::{CoordinatorId, Epoch, TxId};
+use serde_json::{Value, json};
+
+fn open(dir: &std::path::Path) -> Participant<KvStore> {
+    Participant::open(ParticipantConfig::new(dir), || {
+        KvStore::from_seed(br#"{"stock": 10}"#).unwrap()
+    })
+    .unwrap()
+}
+
+fn op(saga: &str, step: &str, kind: OpKind, payload: Value) -> SagaOpRequest {
+    let saga_id = TxId::new(saga).unwrap();
+    SagaOpRequest {
+        op_id: op_id(&saga_id, step, kind),
+        saga_id,
+        step: step.to_string(),
+        coordinator_id: CoordinatorId::new("c-1").unwrap(),
+        epoch: Epoch(1),
+        payload,
+    }
+}
+
+fn take(n: i64) -> Value {
+    json!({"ops": [{"op": "add", "key": "stock", "delta": -n, "min": 0}]})
+}
+
+fn stock(p: &Participant<KvStore>) -> i64 {
+    p.read(|s| s.get("stock").unwrap().value.as_i64().unwrap())
+}
+
+#[tokio::test]
+async fn an_action_applies_once_and_its_compensation_undoes_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path());
+    let first = p
+        .saga_op(OpKind::Action, op("s1", "reserve", OpKind::Action, take(3)))
+        .await
+        .unwrap();
+    assert!(matches!(first, SagaOpAnswer::Done { .. }));
+    let again = p
+        .saga_op(OpKind::Action, op("s1", "reserve", OpKind::Action, take(3)))
+        .await
+        .unwrap();
+    assert_eq!(again, first, "a duplicate answers the first answer");
+    assert_eq!(stock(&p), 7, "and applies nothing again");
+    assert_eq!(p.saga_op_status("s1:reserve:action").status, OpStatus::Done);
+    let undo = op("s1", "reserve", OpKind::Compensation, take(-3));
+    p.saga_op(OpKind::Compensation, undo.clone()).await.unwrap();
+    p.saga_op(OpKind::Compensation, undo).await.unwrap();
+    assert_eq!(stock(&p), 10);
+    assert_eq!(
+        p.saga_op_status("s1:reserve:action").status,
+        OpStatus::Compensated
+    );
+    // After a restart (log replay), the same state and the same answers.
+    p.close();
+    drop(p);
+    let p = open(dir.path());
+    assert_eq!(stock(&p), 10);
+    let replayed = p
+        .saga_op(OpKind::Action, op("s1", "reserve", OpKind::Action, take(3)))
+        .await
+        .unwrap();
+    assert_eq!(replayed, first);
+    assert_eq!(stock(&p), 10, "nothing applied on a replayed duplicate");
+}
+
+#[tokio::test]
+async fn a_compensation_before_its_action_is_null_and_the_late_action_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path());
+    let null = p
+        .saga_op(
+            OpKind::Compensation,
+            op("s2", "charge", OpKind::Compensation, take(-5)),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(null, SagaOpAnswer::Done { result: Some(r) } if r["null_compensation"] == true)
+    );
+    assert_eq!(stock(&p), 10, "a null compensation undoes nothing");
+    let late = p
+        .saga_op(OpKind::Action, op("s2", "charge", OpKind::Action, take(5)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, SagaOpAnswer::Failed { ref reason } if reason.contains("hanging")),
+        "{late:?}"
+    );
+    assert_eq!(stock(&p), 10, "the hanging action applied nothing");
+    assert_eq!(
+        p.saga_op_status("s2:charge:action").status,
+        OpStatus::Compensated
+    );
+    p.close();
+    drop(p);
+    let p = open(dir.path());
+    let late = p
+        .saga_op(OpKind::Action, op("s2", "charge", OpKind::Action, take(5)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, SagaOpAnswer::Failed { .. }),
+        "still refused after a restart"
+    );
+    assert_eq!(stock(&p), 10);
+}
+
+#[tokio::test]
+async fn a_failed_action_is_remembered_and_its_compensation_is_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path());
+    let failed = p
+        .saga_op(
+            OpKind::Action,
+            op("s3", "reserve", OpKind::Action, take(11)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(failed, SagaOpAnswer::Failed { .. }), "{failed:?}");
+    assert_eq!(
+        p.saga_op_status("s3:reserve:action").status,
+        OpStatus::Failed
+    );
+    assert_eq!(
+        p.saga_op_status("s3:nothing:action").status,
+        OpStatus::NotFound
+    );
+    assert_eq!(p.saga_op_status("garbage").status, OpStatus::NotFound);
+    let null = p
+        .saga_op(
+            OpKind::Compensation,
+            op("s3", "reserve", OpKind::Compensation, take(-11)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(null, SagaOpAnswer::Done { .. }));
+    assert_eq!(stock(&p), 10, "nothing to undo for a failed action");
+}

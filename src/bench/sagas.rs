@@ -1,0 +1,188 @@
+//! `twopc bench --sagas`: 3-step sagas through the coordinator (every step's start and outcome
+//! forced in its log, the participants' barrier records forced in theirs) against the same
+//! three steps sent as plain HTTP calls straight to the participants' `/saga/action` (their own
+//! barrier records, no coordinator and no coordinator log), in the same run on the same cluster.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use crate::latency::quantile;
+use chaos_tests::cluster::{ClusterSpec, LocalCluster};
+
+const STEPS: usize = 3;
+
+/// One measured cell.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    per_s: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    failed: u64,
+}
+
+fn step(worker: usize, i: usize, delta: i64) -> serde_json::Value {
+    json!({"ops": [{"op": "add", "key": format!("bench:{worker}:{i}"), "delta": delta}]})
+}
+
+/// Runs `concurrency` workers for `warmup + duration`; `one` does one saga (or its plain
+/// equivalent) and says whether it completed.
+async fn measure<F, Fut>(
+    concurrency: usize,
+    warmup: Duration,
+    duration: Duration,
+    one: F,
+) -> Measured
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let one = Arc::new(one);
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let end = measure_from + duration;
+    let mut workers = Vec::new();
+    for worker in 0..concurrency {
+        let (one, failed) = (one.clone(), failed.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < end {
+                n += 1;
+                let began = Instant::now();
+                let ok = one(worker, n).await;
+                if began >= measure_from && Instant::now() <= end {
+                    if ok {
+                        latencies.push(began.elapsed());
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.unwrap_or_default());
+    }
+    all.sort();
+    let ms = |q| quantile(&all, q).map(|d| d.as_secs_f64() * 1e3);
+    Measured {
+        per_s: all.len() as f64 / duration.as_secs_f64(),
+        p50_ms: ms(0.50),
+        p99_ms: ms(0.99),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
+pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("twopc-bench-sagas-{}", std::process::id()));
+    let names: Vec<String> = (0..STEPS).map(|i| format!("p{i}")).collect();
+    let spec = ClusterSpec {
+        binary: std::env::current_exe().context("cannot find the twopc binary")?,
+        data_dir: scratch.clone(),
+        participants: names.clone(),
+        seeds: Vec::new(),
+        coordinator_flags: Vec::new(),
+        participant_flags: Vec::new(),
+        env: Vec::new(),
+    };
+    let mut cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
+    let coordinator = cluster.coordinator_url();
+    let participants: Vec<String> = names
+        .iter()
+        .filter_map(|n| cluster.participant_url(n))
+        .collect();
+    let max = concurrencies.iter().copied().max().unwrap_or(1);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(max)
+        .build()?;
+    let duration = Duration::from_secs_f64(seconds.max(0.1));
+    let warmup = duration / 5;
+    let tag = std::process::id();
+    println!(
+        "3-step sagas, {seconds} s per cell (after a warm-up of a fifth), durable cluster on this machine"
+    );
+    println!(
+        "{:>11} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8}",
+        "concurrency", "sagas/s", "p50 ms", "p99 ms", "plain/s", "p50 ms", "p99 ms", "ratio"
+    );
+    for &concurrency in concurrencies {
+        let (c, url, names) = (client.clone(), coordinator.clone(), names.clone());
+        let saga = measure(concurrency, warmup, duration, move |worker, n| {
+            let (c, url, names) = (c.clone(), url.clone(), names.clone());
+            async move {
+                let steps: Vec<_> = (0..STEPS)
+                    .map(|i| json!({"name": format!("s{i}"), "participant": names[i],
+                        "action": step(worker, i, 1), "compensation": step(worker, i, -1)}))
+                    .collect();
+                let body = json!({"id": format!("bench-{tag}-c{concurrency}-{worker}-{n}"), "steps": steps});
+                match c.post(format!("{url}/v1/sagas")).json(&body).send().await {
+                    Ok(r) => r.json::<serde_json::Value>().await.is_ok_and(|v| v["state"] == "completed"),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+        let (c, parts) = (client.clone(), participants.clone());
+        let plain = measure(concurrency, warmup, duration, move |worker, n| {
+            let (c, parts) = (c.clone(), parts.clone());
+            async move {
+                for (i, base) in parts.iter().enumerate() {
+                    let saga_id = format!("plain-{tag}-c{concurrency}-{worker}-{n}");
+                    let body = json!({"saga_id": saga_id, "step": format!("s{i}"),
+                        "op_id": format!("{saga_id}:s{i}:action"), "coordinator_id": "bench",
+                        "epoch": 1, "payload": step(worker, i, 1)});
+                    let ok = match c
+                        .post(format!("{base}/saga/action"))
+                        .json(&body)
+                        .send()
+                        .await
+                    {
+                        Ok(r) => r
+                            .json::<serde_json::Value>()
+                            .await
+                            .is_ok_and(|v| v["status"] == "done"),
+                        Err(_) => false,
+                    };
+                    if !ok {
+                        return false;
+                    }
+                }
+                true
+            }
+        })
+        .await;
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+        let ratio = if plain.per_s > 0.0 {
+            format!("{:.2}", saga.per_s / plain.per_s)
+        } else {
+            "-".into()
+        };
+        println!(
+            "{concurrency:>11} {:>10.0} {:>9} {:>9} {:>10.0} {:>9} {:>9} {:>8}",
+            saga.per_s,
+            f(saga.p50_ms),
+            f(saga.p99_ms),
+            plain.per_s,
+            f(plain.p50_ms),
+            f(plain.p99_ms),
+            ratio
+        );
+        if saga.failed + plain.failed > 0 {
+            println!(
+                "{:>11} failed: {} sagas, {} plain",
+                "", saga.failed, plain.failed
+            );
+        }
+    }
+    tokio::task::block_in_place(|| cluster.stop());
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
