@@ -7,6 +7,13 @@ pub const TRANSACTION: &str = "/v1/transactions/{id}";
 /// Coordinator: the decision for participants in doubt. Axum path syntax.
 pub const TRANSACTION_DECISION: &str = "/v1/transactions/{id}/decision";
 
+/// Coordinator: list leases (GET).
+pub const LEASES: &str = "/v1/leases";
+/// Coordinator: acquire (POST), read (GET) and release (DELETE) one lease. Axum path syntax.
+pub const LEASE: &str = "/v1/leases/{name}";
+/// Coordinator: renew one lease (POST).
+pub const LEASE_RENEW: &str = "/v1/leases/{name}/renew";
+
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";
 pub const COMMIT: &str = "/2pc/commit";
