@@ -91,6 +91,10 @@ pub struct Metrics {
     pub archive_failures: AtomicU64,
     /// Outcome index lookups that failed (the request got 503).
     pub index_read_failures: AtomicU64,
+    /// Lease answers: granted or renewed, refused (`lease_held`, `lease_lost`), released.
+    pub lease_grants: AtomicU64,
+    pub lease_refusals: AtomicU64,
+    pub lease_releases: AtomicU64,
 }
 
 /// One participant's share of the coordinator's work, for the per-participant gauges.
@@ -176,6 +180,22 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "{name}{{outcome=\"{outcome}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let name = "twopc_coordinator_lease_answers_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Lease requests answered, by result (granted includes renewals).\n# TYPE {name} counter"
+        );
+        for (result, value) in [
+            ("granted", &self.lease_grants),
+            ("refused", &self.lease_refusals),
+            ("released", &self.lease_releases),
+        ] {
+            let _ = writeln!(
+                out,
+                "{name}{{result=\"{result}\"}} {}",
                 value.load(Ordering::Relaxed)
             );
         }

@@ -11,6 +11,7 @@ use protocol::{
 };
 
 use crate::digest::Digest;
+use crate::leases::{LeaseRecord, LeaseSnapshot};
 
 /// WAL record types owned by the coordinator (1..=127 per the WAL contract).
 pub mod record_type {
@@ -20,6 +21,8 @@ pub mod record_type {
     pub const ACK: u8 = 4;
     pub const END: u8 = 5;
     pub const BEHIND: u8 = 6;
+    /// 20-29: leases (`crate::leases::LeaseRecord`: 20 granted, 21 renewed, 22 released).
+    pub const LEASES: std::ops::RangeInclusive<u8> = 20..=29;
 }
 
 /// One logged fact.
@@ -39,6 +42,8 @@ pub enum LogRecord {
     /// Participants proved this log is behind what they saw (forced, not awaited): new work
     /// stays refused across restarts, when a higher epoch would hide the evidence.
     Behind(BehindRecord),
+    /// A lease granted, renewed or released (forced before it is answered; docs/leases.md).
+    Lease(LeaseRecord),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +153,9 @@ pub struct Snapshot {
     pub behind: Option<BehindRecord>,
     /// Ended outcomes still staged (not yet durable in the outcome index).
     pub retained: Vec<Retained>,
+    /// The lease service's state (absent in checkpoints written before leases).
+    #[serde(default, skip_serializing_if = "LeaseSnapshot::is_empty")]
+    pub leases: LeaseSnapshot,
 }
 
 /// A record or snapshot whose bytes passed the WAL's CRC but do not mean anything to us.
@@ -174,6 +182,7 @@ impl LogRecord {
             LogRecord::Ack(_) => record_type::ACK,
             LogRecord::End(_) => record_type::END,
             LogRecord::Behind(_) => record_type::BEHIND,
+            LogRecord::Lease(r) => r.record_type(),
         }
     }
 
@@ -186,6 +195,7 @@ impl LogRecord {
             LogRecord::Ack(r) => serde_json::to_vec(r),
             LogRecord::End(r) => serde_json::to_vec(r),
             LogRecord::Behind(r) => serde_json::to_vec(r),
+            LogRecord::Lease(r) => r.encode(),
         };
         // These structs hold only strings, numbers and enums: serialization cannot fail.
         encoded.unwrap_or_default()
@@ -204,6 +214,17 @@ impl LogRecord {
             record_type::ACK => serde_json::from_slice(payload).map(LogRecord::Ack),
             record_type::END => serde_json::from_slice(payload).map(LogRecord::End),
             record_type::BEHIND => serde_json::from_slice(payload).map(LogRecord::Behind),
+            other if record_type::LEASES.contains(&other) => {
+                match LeaseRecord::decode(other, payload) {
+                    Some(decoded) => decoded.map(LogRecord::Lease),
+                    None => {
+                        return Err(DecodeError::UnknownType {
+                            seq,
+                            record_type: other,
+                        });
+                    }
+                }
+            }
             other => {
                 return Err(DecodeError::UnknownType {
                     seq,
@@ -299,6 +320,10 @@ mod tests {
                 decision,
                 ended_at_ms: 5,
             }],
+            leases: LeaseSnapshot {
+                last_token: 9,
+                held: vec![],
+            },
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
     }

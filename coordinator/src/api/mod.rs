@@ -2,10 +2,13 @@
 //! doubt, and health, readiness and metrics for operators.
 
 mod error;
+mod leases;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_leases;
 
 use std::sync::{Arc, OnceLock};
 
@@ -13,7 +16,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::{ErrorCode, routes};
@@ -32,6 +35,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
     ("get", routes::METRICS),
+    ("get", routes::LEASES),
+    ("post", routes::LEASE),
+    ("get", routes::LEASE),
+    ("delete", routes::LEASE),
+    ("post", routes::LEASE_RENEW),
 ];
 
 /// What the handlers share. The core appears once recovery finished; until then every route
@@ -71,6 +79,14 @@ pub fn router(state: AppState) -> Router {
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
+        .route(routes::LEASES, get(leases::list))
+        .route(
+            routes::LEASE,
+            get(leases::get)
+                .post(leases::acquire)
+                .delete(leases::release),
+        )
+        .route(routes::LEASE_RENEW, post(leases::renew))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))

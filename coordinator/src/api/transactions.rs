@@ -35,7 +35,7 @@ fn txid(path: Result<Path<String>, PathRejection>) -> Result<TxId, ApiError> {
     TxId::new(raw).map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -80,6 +80,8 @@ impl Engine {
                 LogRecord::Behind(behind) => {
                     engine.behind.get_or_insert(behind);
                 }
+                // The lease service replays its own records (`runtime::start`).
+                LogRecord::Lease(_) => {}
             }
         }
         engine.loads.recount(engine.live.values());
@@ -142,6 +144,8 @@ impl Engine {
             decided: Vec::new(),
             behind: self.behind.clone(),
             retained: Vec::new(),
+            // Filled in by the lease service, under its own lock (`Core::checkpoint`).
+            leases: Default::default(),
         };
         for tx in self.live.values() {
             match &tx.phase {

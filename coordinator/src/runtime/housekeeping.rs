@@ -32,13 +32,19 @@ impl Core {
                 now_ms: now_ms(),
                 retention_ms: self.config.retention_ms,
             });
-            let snapshot = engine.snapshot(self.identity.clone());
+            let mut snapshot = engine.snapshot(self.identity.clone());
+            // Both locks held (engine first) until the checkpoint is submitted: the copy
+            // reflects every lease record submitted before it, and none after.
+            let leases = self.leases.lock();
+            snapshot.leases = leases.snapshot();
             let size = Arc::clone(&bytes);
-            self.wal.checkpoint_with(move || {
+            let ticket = self.wal.checkpoint_with(move || {
                 let encoded = snapshot.encode();
                 size.store(encoded.len() as u64, Ordering::Relaxed);
                 Ok(encoded)
-            })
+            });
+            drop(leases);
+            ticket
         };
         let seq = ticket.wait().await?;
         Ok((seq, bytes.load(Ordering::Relaxed)))

@@ -7,6 +7,7 @@
 //! could undo.
 
 mod housekeeping;
+mod leases;
 pub mod participants;
 mod start;
 
@@ -71,6 +72,8 @@ pub struct Core {
     /// Mirrors `Engine::archive_generation`, stored under the engine lock when `Archived` is
     /// stepped, so `submit` reads it before its index lookup without taking the lock.
     archive_generation: AtomicU64,
+    /// The lease service (`runtime::leases`); its records share this log.
+    leases: crate::leases::Leases,
 }
 
 /// A new transaction, checked by the API.
@@ -411,7 +414,8 @@ impl Core {
                             LogRecord::Epoch(_)
                             | LogRecord::Decision(_)
                             | LogRecord::Ack(_)
-                            | LogRecord::Behind(_) => {}
+                            | LogRecord::Behind(_)
+                            | LogRecord::Lease(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),
