@@ -62,6 +62,20 @@ pub enum Record {
         epoch: Epoch,
         incarnation: Incarnation,
     },
+    /// A fenced write outside 2PC (type 20): the token check's result (the resource's highest
+    /// token becomes at least `token`), the value (`payload`, applied at replay) and the op's
+    /// answer (`receipt`), in one record forced before the answer.
+    FencedWrite {
+        op_id: String,
+        resource: String,
+        token: u64,
+        payload: serde_json::Value,
+        receipt: serde_json::Value,
+        at_ms: u64,
+    },
+    /// A repeat of a fenced write's op id (type 21), forced as a barrier: the repeat is
+    /// answered only once the first write's record is durable too. Replay ignores it.
+    FencedRepeat { op_id: String },
 }
 
 /// The highest epoch seen from one coordinator id, and the run that claimed it.
@@ -99,6 +113,8 @@ impl Record {
             Record::Aborted { .. } => 3,
             Record::Refused { .. } => 4,
             Record::Fence { .. } => 5,
+            Record::FencedWrite { .. } => 20,
+            Record::FencedRepeat { .. } => 21,
         })
     }
 
@@ -109,11 +125,14 @@ impl Record {
             Record::Aborted { .. } => "aborted",
             Record::Refused { .. } => "refused",
             Record::Fence { .. } => "fence",
+            Record::FencedWrite { .. } => "fenced_write",
+            Record::FencedRepeat { .. } => "fenced_repeat",
         }
     }
 
-    /// The coordinator and the fence (epoch, incarnation) this record carries.
-    pub fn fence(&self) -> (&CoordinatorId, Fence) {
+    /// The coordinator and the fence (epoch, incarnation) this record carries (none for a
+    /// fenced write, which no coordinator sent).
+    pub fn fence(&self) -> Option<(&CoordinatorId, Fence)> {
         let (coordinator_id, epoch, incarnation) = match self {
             Record::Prepared {
                 coordinator_id,
@@ -144,14 +163,15 @@ impl Record {
                 epoch,
                 incarnation,
             } => (coordinator_id, epoch, incarnation),
+            Record::FencedWrite { .. } | Record::FencedRepeat { .. } => return None,
         };
-        (
+        Some((
             coordinator_id,
             Fence {
                 epoch: *epoch,
                 incarnation: *incarnation,
             },
-        )
+        ))
     }
 
     /// The WAL payload.
@@ -166,7 +186,7 @@ impl Record {
         record_type: RecordType,
         payload: &[u8],
     ) -> Result<Record, DecodeError> {
-        if !(1..=5).contains(&record_type.0) {
+        if !(1..=5).contains(&record_type.0) && !(20..=21).contains(&record_type.0) {
             return Err(DecodeError::UnknownType {
                 seq,
                 record_type: record_type.0,

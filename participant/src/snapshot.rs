@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Per coordinator run, the highest attempt position whose tombstone was dropped.
     pub forgotten: Vec<(String, u64)>,
+    /// Fencing tokens and fenced-write answers (absent in snapshots written before them).
+    #[serde(default, skip_serializing_if = "crate::fence::Fences::is_empty")]
+    pub fences: crate::fence::Fences,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,6 +83,7 @@ impl<R: Resource> Engine<R> {
                 .collect(),
             tombstones: self.tombstones.to_vec(),
             forgotten: self.tombstones.forgotten(),
+            fences: self.fences.clone(),
         }
     }
 
@@ -95,6 +99,7 @@ impl<R: Resource> Engine<R> {
         }
         let resource = R::restore(snapshot.resource).map_err(ReplayError::Snapshot)?;
         let mut engine = Engine::new(config, resource);
+        engine.fences = snapshot.fences;
         for entry in snapshot.epochs {
             engine.epochs.insert(
                 entry.coordinator_id,

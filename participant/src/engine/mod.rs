@@ -10,6 +10,7 @@
 //! prepared transaction leaves the prepared set only through a commit or abort from the
 //! coordinator, or through the coordinator's answer to a decision query.
 
+mod fenced;
 mod in_doubt;
 mod phases;
 mod replay;
@@ -44,6 +45,8 @@ pub struct Engine<R: Resource> {
     pub(crate) epochs: BTreeMap<CoordinatorId, Fence>,
     /// Prepares queued for locks, oldest attempt first (never logged; see `waits`).
     pub(crate) waits: Waits<R::Staged>,
+    /// Highest fencing token per fenced resource, and fenced writes' answers by op id.
+    pub(crate) fences: crate::fence::Fences,
 }
 
 impl<R: Resource> Engine<R> {
@@ -57,11 +60,17 @@ impl<R: Resource> Engine<R> {
             tombstones,
             epochs: BTreeMap::new(),
             waits: Waits::default(),
+            fences: crate::fence::Fences::default(),
         }
     }
 
     pub fn resource(&self) -> &R {
         &self.resource
+    }
+
+    /// The fencing tokens accepted and the fenced writes' answers.
+    pub fn fences(&self) -> &crate::fence::Fences {
+        &self.fences
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -156,6 +165,7 @@ impl<R: Resource> Engine<R> {
                 now_ms,
                 entropy,
             } => self.decision_answer(gtid, answer, now_ms, entropy),
+            Event::FencedWrite { write, now_ms } => self.fenced_write(write, now_ms),
         }
     }
 
