@@ -5,6 +5,7 @@ mod audit_cmd;
 mod bench;
 mod demo;
 mod latency;
+mod lease_worker;
 mod metrics_text;
 mod target;
 mod wal_cmd;
@@ -46,6 +47,9 @@ enum Command {
     /// One process of `twopc bench`'s HTTP floor cluster (started by the bench itself).
     #[command(hide = true)]
     BenchFloorNode(bench::floor::NodeArgs),
+    /// A lease holder that acquires, renews and writes through a fence (tests, docs/leases.md).
+    #[command(hide = true)]
+    LeaseWorker(lease_worker::Args),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args),
         Command::BenchFloorNode(args) => bench::floor::main(args),
         Command::Audit(args) => audit_cmd::main(args),
+        Command::LeaseWorker(args) => lease_worker::main(args),
     }
 }
 
