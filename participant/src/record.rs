@@ -73,8 +73,9 @@ pub enum Record {
         receipt: serde_json::Value,
         at_ms: u64,
     },
-    /// A repeat of a fenced write's op id (type 21), forced as a barrier: the repeat is
-    /// answered only once the first write's record is durable too. Replay ignores it.
+    /// A barrier (type 21) before a fenced write's answer that rests on earlier records (a
+    /// repeated op id, or a stale-token refusal): forced, so the answer leaves only once they
+    /// are durable. Replay ignores it.
     FencedRepeat { op_id: String },
 }
 

@@ -17,21 +17,24 @@ pub(crate) fn lock_keys(mut keys: Vec<String>, claims: &[FenceClaim]) -> Vec<Str
     dedup(keys)
 }
 
+/// A forced barrier record, then `reply`: the answer leaves only once everything logged before
+/// it is durable.
+fn barrier(op_id: String, reply: Reply) -> Vec<Command> {
+    vec![
+        Command::Log {
+            record: Record::FencedRepeat { op_id },
+            forced: true,
+        },
+        Command::Reply(reply),
+    ]
+}
+
 impl<R: Resource> Engine<R> {
     pub(super) fn fenced_write(&mut self, write: FencedWrite, now_ms: u64) -> Vec<Command> {
         if let Some(first) = self.fences.answer(&write.op_id) {
-            let reply = Reply::Fenced(first.clone());
-            return match first {
-                // Its record may still be in flight: the repeat waits behind a barrier.
-                FencedAnswer::Applied { .. } => vec![
-                    Command::Log {
-                        record: Record::FencedRepeat { op_id: write.op_id },
-                        forced: true,
-                    },
-                    Command::Reply(reply),
-                ],
-                FencedAnswer::Stale(_) => vec![Command::Reply(reply)],
-            };
+            // The first answer's record (or the state a refusal read) may still be in flight:
+            // the repeat waits behind a forced barrier.
+            return barrier(write.op_id, Reply::Fenced(first.clone()));
         }
         let staged = match self.resource.parse(&write.payload) {
             Ok(staged) => staged,
@@ -42,11 +45,12 @@ impl<R: Resource> Engine<R> {
             }
         };
         if let Err(stale) = self.fences.check(&write.fence) {
-            // Not logged: the highest token never falls, so a repeat is refused again even
-            // after a restart forgot this answer.
+            // Not logged, but answered only once the writes that raised the highest token are
+            // durable (the barrier): the highest never falls after that, so a repeat is
+            // refused again even after a restart forgot this answer.
             let answer = FencedAnswer::Stale(stale);
             self.fences.remember(&write.op_id, answer.clone());
-            return vec![Command::Reply(Reply::Fenced(answer))];
+            return barrier(write.op_id, Reply::Fenced(answer));
         }
         let written = self.resource.lock_keys(&staged);
         let keys = lock_keys(written.clone(), std::slice::from_ref(&write.fence));
