@@ -140,6 +140,12 @@ impl World {
         if roll < 3 {
             return; // lost
         }
+        if matches!(payload, Payload::Write { .. }) && roll < 13 {
+            // A client's retry (or a proxy's copy) that arrives much later.
+            let late = self.now + self.rng.u64(200..2_000);
+            self.sent += 1;
+            self.network.push((late, self.sent, payload.clone()));
+        }
         let copies = if roll < 8 { 2 } else { 1 };
         for _ in 0..copies {
             let delay = if self.rng.u32(0..100) < 5 {
@@ -499,6 +505,14 @@ impl World {
                 return Err(format!("op {op_id} applied twice"));
             }
         }
+        // A write answered stale_token is never applied later (by a retry or a late copy).
+        for (op_id, answer) in &self.first_answers {
+            if matches!(answer, FencedAnswer::Stale(_)) && seen.contains(op_id) {
+                return Err(format!(
+                    "op {op_id} was answered stale_token and later applied"
+                ));
+            }
+        }
         // Every write acknowledged as applied is in the durable history or still on its way.
         for (op_id, answer) in &self.first_answers {
             if matches!(answer, FencedAnswer::Applied { .. })
@@ -541,7 +555,8 @@ pub fn run_fencing_seed(seed: u64, mutation: FencingMutation) -> Result<FencingS
                 .sync_leases()
                 .map_err(|e| format!("seed {seed} at {} ms: {e}", world.now))?;
         }
-        if world.rng.bool() {
+        // Syncs are rare enough that answers, crashes and stale writes fall between them.
+        if world.rng.u32(0..6) == 0 {
             world.sync_participant();
             world
                 .check()
@@ -550,7 +565,7 @@ pub fn run_fencing_seed(seed: u64, mutation: FencingMutation) -> Result<FencingS
         if world.rng.u32(0..400) == 0 {
             world.crash_leases();
         }
-        if world.rng.u32(0..400) == 0 {
+        if world.rng.u32(0..200) == 0 {
             world.crash_participant()?;
             world
                 .check()
