@@ -155,5 +155,6 @@ fn bench_leases_measures_grants_and_fenced_writes_against_both_references() {
             "{cell}"
         );
         assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
+        assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
     }
 }

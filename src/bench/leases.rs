@@ -43,6 +43,9 @@ pub struct LeaseCell {
     pub no_fsync_per_s: Option<f64>,
     /// per_s / no_fsync_per_s.
     pub share_of_no_fsync: Option<f64>,
+    /// Median raw `write + fdatasync` on the logs' disk just before the cell: at concurrency 1
+    /// every grant and fenced write waits for about one of these.
+    pub disk_fsync_p50_us: f64,
 }
 
 /// One cluster (coordinator + KV participant) and what the bench set up on it.
@@ -270,6 +273,8 @@ pub async fn run(
     ] {
         for &concurrency in concurrencies {
             let cell = format!("{run_id}-{name}-c{concurrency}");
+            let disk = tokio::task::block_in_place(|| super::disk::fsync_p50(&scratch, 100))
+                .with_context(|| format!("probing fsync latency in {}", scratch.display()))?;
             let result = measure(
                 &client,
                 &durable,
@@ -323,6 +328,7 @@ pub async fn run(
                 share_of_read: (read_per_s > 0.0).then(|| per_s / read_per_s),
                 no_fsync_per_s: off,
                 share_of_no_fsync: off.filter(|o| *o > 0.0).map(|o| per_s / o),
+                disk_fsync_p50_us: disk.as_secs_f64() * 1e6,
             });
         }
     }
@@ -340,7 +346,7 @@ pub async fn run(
 fn print_table(cells: &[LeaseCell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>12} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>10} {:>9} {:>6}",
+        "{:>12} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>10} {:>9} {:>8} {:>6}",
         "op",
         "conc",
         "per s",
@@ -350,11 +356,12 @@ fn print_table(cells: &[LeaseCell]) {
         "/read",
         "no-fsync/s",
         "/no-fsync",
+        "fsync us",
         "failed"
     );
     for c in cells {
         println!(
-            "{:>12} {:>5} {:>8.0} {:>7} {:>7} {:>8.0} {:>7} {:>10} {:>9} {:>6}",
+            "{:>12} {:>5} {:>8.0} {:>7} {:>7} {:>8.0} {:>7} {:>10} {:>9} {:>8.0} {:>6}",
             c.op,
             c.concurrency,
             c.per_s,
@@ -364,6 +371,7 @@ fn print_table(cells: &[LeaseCell]) {
             f(c.share_of_read, 2),
             f(c.no_fsync_per_s, 0),
             f(c.share_of_no_fsync, 2),
+            c.disk_fsync_p50_us,
             c.failed
         );
     }
