@@ -6,6 +6,7 @@ mod bench;
 mod ctl;
 mod demo;
 mod latency;
+mod lease_worker;
 mod metrics_text;
 mod saga_cmd;
 mod target;
@@ -50,6 +51,9 @@ enum Command {
     BenchFloorNode(bench::floor::NodeArgs),
     /// Operators: list, show (with each participant's evidence), retry, resolve, audit.
     Ctl(ctl::Args),
+    /// A lease holder that acquires, renews and writes through a fence (tests, docs/leases.md).
+    #[command(hide = true)]
+    LeaseWorker(lease_worker::Args),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => audit_cmd::main(args),
         Command::Ctl(args) => ctl::main(args),
         Command::Saga(command) => saga_cmd::main(command),
+        Command::LeaseWorker(args) => lease_worker::main(args),
     }
 }
 

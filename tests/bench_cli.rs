@@ -95,3 +95,66 @@ fn a_target_that_is_not_an_http_base_url_is_refused_by_name() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_leases_measures_grants_and_fenced_writes_against_both_references() {
+    let output = twopc()
+        .args([
+            "bench",
+            "--leases",
+            "--lease-concurrency",
+            "1,2",
+            "--seconds",
+            "0.3",
+            "--json",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench --leases failed: {stderr}");
+    let cells: Vec<serde_json::Value> =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+    let shape: Vec<(&str, u64)> = cells
+        .iter()
+        .map(|c| {
+            (
+                c["op"].as_str().unwrap(),
+                c["concurrency"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("grant", 1),
+            ("grant", 2),
+            ("fenced_write", 1),
+            ("fenced_write", 2)
+        ]
+    );
+    for cell in &cells {
+        // Every grant is a fresh name and every fenced write carries the current token: none
+        // may fail.
+        assert_eq!(cell["failed"], 0, "{cell}");
+        let per_s = field(cell, "per_s");
+        let read = field(cell, "read_per_s");
+        let off = field(cell, "no_fsync_per_s");
+        assert!(per_s > 0.0 && read > 0.0 && off > 0.0, "{cell}");
+        assert!(
+            (field(cell, "share_of_read") - per_s / read).abs() < 1e-9,
+            "{cell}"
+        );
+        assert!(
+            (field(cell, "share_of_no_fsync") - per_s / off).abs() < 1e-9,
+            "{cell}"
+        );
+        assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
+        assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
+    }
+}

@@ -10,6 +10,7 @@ pub mod binary;
 pub mod checkout;
 pub mod cluster;
 pub mod disk_faults;
+pub mod lease_nodes;
 pub mod node;
 pub mod oracle;
 pub mod ports;

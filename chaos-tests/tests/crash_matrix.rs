@@ -13,13 +13,18 @@
 use std::time::Duration;
 
 use chaos_tests::audit::ClientOutcome;
+use chaos_tests::binary::failpoints_binary;
 use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
 use chaos_tests::disk_faults;
+use chaos_tests::lease_nodes::{
+    acquire, blocking, coordinator, fenced_put, participant, restart_disarmed, send,
+};
 use chaos_tests::proxy::{Fault, Rule, Scope};
 use chaos_tests::saga_checkout;
 use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed, disk, probe};
 use protocol::{Vote, VoteKind};
+use serde_json::json;
 
 #[test]
 fn coordinator_before_first_record() {
@@ -668,5 +673,86 @@ fn participant_saga_after_action_applied() {
         "saga-participant-applied",
         saga_checkout::Fate::Complete,
         "completed",
+    );
+}
+
+// Leases and fenced writes (docs/leases.md): a coordinator and a participant on their own, no
+// checkout cluster.
+
+/// An unanswered grant is held after the restart and its token never given again; killed
+/// between two grants, the next token is still higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_lease_logged_not_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = coordinator(
+        failpoints_binary(),
+        dir.path(),
+        Some("coordinator::lease_logged_not_answered"),
+    );
+    assert!(
+        acquire(&c, "orders", "worker-a", 60_000).await.is_err(),
+        "the process aborted before answering"
+    );
+    restart_disarmed(&mut c);
+    // The unanswered grant is durable: it holds (a full TTL from the restart) and its token is
+    // never handed out again.
+    let (status, held) = send(reqwest::Client::new().get(format!("{}/v1/leases/orders", c.url())))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, held["holder"].as_str()),
+        (200, Some("worker-a")),
+        "{held}"
+    );
+    let logged = held["token"].as_u64().unwrap();
+    let (status, other) = acquire(&c, "other", "worker-b", 1000).await.unwrap();
+    assert_eq!(status, 200);
+    let next = other["token"].as_u64().unwrap();
+    assert!(next > logged, "token {next} after {logged}");
+
+    // Killed between two grants (SIGKILL, no crash point): the next is still higher.
+    c.kill();
+    c.restart();
+    blocking(|| c.wait_ready(Duration::from_secs(30))).unwrap();
+    let (status, third) = acquire(&c, "third", "worker-c", 1000).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(third["token"].as_u64().unwrap() > next, "{third}");
+}
+
+/// A fenced write logged but unanswered: the retry with its op id gets the same answer and
+/// the write applies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_after_fenced_write_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = participant(
+        failpoints_binary(),
+        dir.path(),
+        Some("participant::after_fenced_write_logged"),
+    );
+    assert!(
+        fenced_put(&p, "orders", "a", 7, "w-1").await.is_err(),
+        "aborted before answering"
+    );
+    restart_disarmed(&mut p);
+    let (status, answer) = fenced_put(&p, "orders", "a", 7, "w-1").await.unwrap();
+    assert_eq!(
+        (status, answer),
+        (200, json!({"key": "orders", "version": 1, "token": 7}))
+    );
+    let (status, again) = fenced_put(&p, "orders", "a", 7, "w-1").await.unwrap();
+    assert_eq!((status, again["version"].as_u64()), (200, Some(1)));
+    let (_, stored) = send(reqwest::Client::new().get(format!("{}/v1/kv/orders", p.url())))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["version"].as_u64(),
+        Some(1),
+        "applied once: {stored}"
+    );
+    let (status, stale) = fenced_put(&p, "orders", "old", 6, "w-2").await.unwrap();
+    assert_eq!(
+        (status, stale["highest"].as_u64()),
+        (409, Some(7)),
+        "{stale}"
     );
 }

@@ -22,6 +22,7 @@ pub mod config;
 pub mod digest;
 pub mod engine;
 pub mod http_client;
+pub mod leases;
 pub mod metrics;
 pub mod outcomes;
 pub mod records;

@@ -95,6 +95,10 @@ pub struct Metrics {
     pub operator_actions: AtomicU64,
     /// Phase-two deliveries an operator started before their backoff timer.
     pub operator_retries: AtomicU64,
+    /// Lease answers: granted or renewed, refused (`lease_held`, `lease_lost`), released.
+    pub lease_grants: AtomicU64,
+    pub lease_refusals: AtomicU64,
+    pub lease_releases: AtomicU64,
 }
 
 /// One participant's share of the coordinator's work, for the per-participant gauges.
@@ -182,6 +186,22 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "{name}{{outcome=\"{outcome}\"}} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let name = "twopc_coordinator_lease_answers_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Lease requests answered, by result (granted includes renewals).\n# TYPE {name} counter"
+        );
+        for (result, value) in [
+            ("granted", &self.lease_grants),
+            ("refused", &self.lease_refusals),
+            ("released", &self.lease_releases),
+        ] {
+            let _ = writeln!(
+                out,
+                "{name}{{result=\"{result}\"}} {}",
                 value.load(Ordering::Relaxed)
             );
         }

@@ -12,6 +12,7 @@ use protocol::{
 
 use crate::digest::Digest;
 pub use crate::engine::ResolvedAttempt;
+use crate::leases::{LeaseRecord, LeaseSnapshot};
 use protocol::operator::AuditEntry;
 
 /// WAL record types owned by the coordinator (1..=127 per the WAL contract).
@@ -30,6 +31,8 @@ pub mod record_type {
     pub const SAGA_STEP_OUTCOME: u8 = 12;
     pub const SAGA_TIMED_OUT: u8 = 13;
     pub const SAGA_END: u8 = 14;
+    /// 20-29: leases (`crate::leases::LeaseRecord`: 20 granted, 21 renewed, 22 released).
+    pub const LEASES: std::ops::RangeInclusive<u8> = 20..=29;
 }
 
 /// One logged fact.
@@ -54,6 +57,8 @@ pub enum LogRecord {
     Audit(AuditEntry),
     /// A saga's progress (record types 10..=19; all forced before they are acted on).
     Saga(SagaRecord),
+    /// A lease granted, renewed or released (forced before it is answered; docs/leases.md).
+    Lease(LeaseRecord),
 }
 
 /// What the saga engine logs. Every step's start and outcome is durable before the next
@@ -248,6 +253,9 @@ pub struct Snapshot {
     /// Every saga the log holds, live and ended (issue 13).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sagas: Vec<crate::saga::engine::Saga>,
+    /// The lease service's state (absent in checkpoints written before leases).
+    #[serde(default, skip_serializing_if = "LeaseSnapshot::is_empty")]
+    pub leases: LeaseSnapshot,
 }
 
 /// A record or snapshot whose bytes passed the WAL's CRC but do not mean anything to us.
@@ -280,6 +288,7 @@ impl LogRecord {
             LogRecord::Saga(SagaRecord::StepOutcome(_)) => record_type::SAGA_STEP_OUTCOME,
             LogRecord::Saga(SagaRecord::TimedOut(_)) => record_type::SAGA_TIMED_OUT,
             LogRecord::Saga(SagaRecord::End(_)) => record_type::SAGA_END,
+            LogRecord::Lease(r) => r.record_type(),
         }
     }
 
@@ -298,6 +307,7 @@ impl LogRecord {
             LogRecord::Saga(SagaRecord::StepOutcome(r)) => serde_json::to_vec(r),
             LogRecord::Saga(SagaRecord::TimedOut(r)) => serde_json::to_vec(r),
             LogRecord::Saga(SagaRecord::End(r)) => serde_json::to_vec(r),
+            LogRecord::Lease(r) => r.encode(),
         };
         // These structs hold only strings, numbers and enums: serialization cannot fail.
         encoded.unwrap_or_default()
@@ -331,6 +341,17 @@ impl LogRecord {
             }
             record_type::SAGA_END => {
                 serde_json::from_slice(payload).map(|r| LogRecord::Saga(SagaRecord::End(r)))
+            }
+            other if record_type::LEASES.contains(&other) => {
+                match LeaseRecord::decode(other, payload) {
+                    Some(decoded) => decoded.map(LogRecord::Lease),
+                    None => {
+                        return Err(DecodeError::UnknownType {
+                            seq,
+                            record_type: other,
+                        });
+                    }
+                }
             }
             other => {
                 return Err(DecodeError::UnknownType {
@@ -449,6 +470,10 @@ mod tests {
             audit: vec![],
             audit_next_seq: 2,
             sagas: vec![],
+            leases: LeaseSnapshot {
+                last_token: 9,
+                held: vec![],
+            },
         };
         assert_eq!(Snapshot::decode(&snapshot.encode()).unwrap(), snapshot);
     }

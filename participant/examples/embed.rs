@@ -5,8 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use axum::routing::get;
-use participant::{InvalidPayload, Participant, ParticipantConfig, Resource, finish};
+use axum::extract::Path;
+use axum::response::IntoResponse;
+use axum::routing::{get, put};
+use participant::fence::{FencedAnswer, FencedWrite};
+use participant::{ApiError, InvalidPayload, Participant, ParticipantConfig, Resource, finish};
+use protocol::lease::FenceClaim;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -22,6 +26,15 @@ struct Seats {
 struct Booking {
     seat: String,
     holder: String,
+}
+
+/// A booking outside 2PC by the holder of a lease (docs/leases.md):
+/// `{"holder": "ada", "fence": {"resource": "seats", "token": 42}, "op_id": "b-7"}`.
+#[derive(Debug, Deserialize)]
+struct FencedBooking {
+    holder: String,
+    fence: FenceClaim,
+    op_id: String,
 }
 
 impl Resource for Seats {
@@ -69,10 +82,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::runtime::Runtime::new()?.block_on(async move {
         let resolver = seats.spawn_resolver(); // asks the coordinator about in-doubt bookings
         let reads = seats.clone();
-        let own_routes = axum::Router::new().route(
-            "/seats",
-            get(move || async move { axum::Json(reads.read(|s| json!(s.booked))) }),
-        );
+        let fenced = seats.clone();
+        let own_routes =
+            axum::Router::new()
+                .route(
+                    "/seats",
+                    get(move || async move { axum::Json(reads.read(|s| json!(s.booked))) }),
+                )
+                // The library's fence: a token lower than one already accepted for its resource
+                // is 409 stale_token, and a repeated op_id gets its first answer, applied once.
+                .route(
+                    "/seats/{seat}",
+                    put(
+                        move |Path(seat): Path<String>,
+                              axum::Json(b): axum::Json<FencedBooking>| async move {
+                            let write = FencedWrite {
+                                op_id: b.op_id,
+                                fence: b.fence,
+                                payload: json!({"seat": seat, "holder": b.holder}),
+                            };
+                            match fenced.fenced_write(write).await {
+                                Ok(FencedAnswer::Applied { token, .. }) => {
+                                    axum::Json(json!({"booked": true, "token": token}))
+                                        .into_response()
+                                }
+                                Ok(FencedAnswer::Stale(stale)) => stale.into_response(),
+                                Err(e) => ApiError::from(e).into_response(),
+                            }
+                        },
+                    ),
+                );
         // /2pc/prepare, /2pc/commit, /2pc/abort, /v1/prepared, /healthz, /readyz, /metrics
         let app = finish(seats.router().merge(own_routes));
         let listener = tokio::net::TcpListener::bind(&listen).await?;

@@ -57,6 +57,19 @@ impl From<RequestError> for ApiError {
     }
 }
 
+/// 409 `stale_token` with the highest token accepted (`protocol::lease::StaleTokenBody`).
+impl IntoResponse for crate::fence::StaleToken {
+    fn into_response(self) -> Response {
+        let body = protocol::lease::StaleTokenBody {
+            error: ErrorCode::StaleToken,
+            message: self.to_string(),
+            resource: self.resource,
+            highest: self.highest,
+        };
+        (StatusCode::CONFLICT, axum::Json(body)).into_response()
+    }
+}
+
 /// Decodes a JSON body: 413 over the body limit, 415 for a non-JSON content type, 400 for
 /// malformed JSON or the wrong shape.
 pub fn json_body<T: DeserializeOwned>(

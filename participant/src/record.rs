@@ -76,6 +76,21 @@ pub enum Record {
         payload: serde_json::Value,
         at_ms: u64,
     },
+    /// A fenced write outside 2PC (type 20): the token check's result (the resource's highest
+    /// token becomes at least `token`), the value (`payload`, applied at replay) and the op's
+    /// answer (`receipt`), in one record forced before the answer.
+    FencedWrite {
+        op_id: String,
+        resource: String,
+        token: u64,
+        payload: serde_json::Value,
+        receipt: serde_json::Value,
+        at_ms: u64,
+    },
+    /// A barrier (type 21) before a fenced write's answer that rests on earlier records (a
+    /// repeated op id, or a stale-token refusal): forced, so the answer leaves only once they
+    /// are durable. Replay ignores it.
+    FencedRepeat { op_id: String },
 }
 
 /// The highest epoch seen from one coordinator id, and the run that claimed it.
@@ -114,6 +129,8 @@ impl Record {
             Record::Refused { .. } => 4,
             Record::Fence { .. } => 5,
             Record::SagaOp { .. } => 10,
+            Record::FencedWrite { .. } => 20,
+            Record::FencedRepeat { .. } => 21,
         })
     }
 
@@ -125,11 +142,14 @@ impl Record {
             Record::Refused { .. } => "refused",
             Record::Fence { .. } => "fence",
             Record::SagaOp { .. } => "saga_op",
+            Record::FencedWrite { .. } => "fenced_write",
+            Record::FencedRepeat { .. } => "fenced_repeat",
         }
     }
 
     /// The coordinator and the fence (epoch, incarnation) this record carries; none for saga
-    /// ops (their messages carry no incarnation, and op ids make them idempotent instead).
+    /// ops (their messages carry no incarnation, and op ids make them idempotent instead) and
+    /// none for a fenced write, which no coordinator sent.
     pub fn fence(&self) -> Option<(&CoordinatorId, Fence)> {
         let (coordinator_id, epoch, incarnation) = match self {
             Record::SagaOp { .. } => return None,
@@ -162,6 +182,7 @@ impl Record {
                 epoch,
                 incarnation,
             } => (coordinator_id, epoch, incarnation),
+            Record::FencedWrite { .. } | Record::FencedRepeat { .. } => return None,
         };
         Some((
             coordinator_id,
@@ -184,7 +205,10 @@ impl Record {
         record_type: RecordType,
         payload: &[u8],
     ) -> Result<Record, DecodeError> {
-        if !(1..=5).contains(&record_type.0) && record_type.0 != 10 {
+        if !(1..=5).contains(&record_type.0)
+            && record_type.0 != 10
+            && !(20..=21).contains(&record_type.0)
+        {
             return Err(DecodeError::UnknownType {
                 seq,
                 record_type: record_type.0,

@@ -35,6 +35,8 @@ pub enum Rejection {
     InvalidPayload(String),
     #[error("payload is {len} bytes; the limit is {max}")]
     PayloadTooLarge { len: usize, max: usize },
+    #[error("key {key:?} is locked by prepared transaction {holder}; retry after its decision")]
+    KeyLocked { key: String, holder: GlobalTxId },
 }
 
 impl Rejection {
@@ -46,6 +48,7 @@ impl Rejection {
             Rejection::NotPrepared { .. } => ErrorCode::NotPrepared,
             Rejection::InvalidPayload(_) => ErrorCode::InvalidPayload,
             Rejection::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Rejection::KeyLocked { .. } => ErrorCode::KeyLocked,
         }
     }
 }

@@ -59,6 +59,12 @@ pub trait Resource: Send + 'static {
         0
     }
 
+    /// What a fenced write ([`crate::Participant::fenced_write`]) answers about the `keys` it
+    /// wrote, read just after applying it; kept with its op id, so a repeat answers the same.
+    fn receipt(&self, _keys: &[String]) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
     /// The committed state, for checkpoints.
     fn snapshot(&self) -> serde_json::Value;
 

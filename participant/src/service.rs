@@ -269,7 +269,7 @@ impl<R: Resource> Participant<R> {
         let result = match reply {
             Some(Reply::Vote(vote)) => Ok(vote),
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Ack) | None => Err(internal("prepare produced no vote")),
+            Some(Reply::Ack | Reply::Fenced(_)) | None => Err(internal("prepare produced no vote")),
         };
         match &result {
             Ok(Vote::Yes) => {
@@ -287,6 +287,34 @@ impl<R: Resource> Participant<R> {
             }
         }
         result
+    }
+
+    /// A write outside 2PC guarded by a fencing token (`crate::fence`): applied only if its
+    /// token is no lower than any accepted for its resource, logged with that check and its
+    /// answer in one forced record, and answered once durable. A repeated `op_id` gets the
+    /// first answer and applies nothing.
+    pub async fn fenced_write(
+        &self,
+        write: crate::fence::FencedWrite,
+    ) -> Result<crate::fence::FencedAnswer, RequestError> {
+        let reply = self
+            .run(Event::FencedWrite {
+                write,
+                now_ms: now_ms(),
+            })
+            .await?;
+        match reply {
+            Some(Reply::Fenced(answer)) => {
+                if matches!(answer, crate::fence::FencedAnswer::Applied { .. }) {
+                    crash_point(crash::AFTER_FENCED_WRITE_LOGGED);
+                }
+                Ok(answer)
+            }
+            Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
+            Some(Reply::Vote(_) | Reply::Ack) | None => {
+                Err(internal("a fenced write produced no answer"))
+            }
+        }
     }
 
     /// Phase two, commit. `Ok` only after the commit record is durable.
@@ -530,7 +558,9 @@ impl<R: Resource> Participant<R> {
                 Record::Prepared { .. }
                 | Record::Refused { .. }
                 | Record::Fence { .. }
-                | Record::SagaOp { .. },
+                | Record::SagaOp { .. }
+                | Record::FencedWrite { .. }
+                | Record::FencedRepeat { .. },
             ) => Durability::Forced,
         };
         self.inner
@@ -605,7 +635,7 @@ fn ack_or_reject(reply: Option<Reply>) -> Result<(), RequestError> {
     match reply {
         Some(Reply::Ack) => Ok(()),
         Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-        Some(Reply::Vote(_)) | None => Err(internal("decision produced no ack")),
+        Some(Reply::Vote(_) | Reply::Fenced(_)) | None => Err(internal("decision produced no ack")),
     }
 }
 

@@ -27,6 +27,9 @@ pub struct Snapshot {
     /// The saga barrier (issue 13); absent in older snapshots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub saga_barrier: Vec<(String, crate::engine::saga::BarrierEntry)>,
+    /// Fencing tokens and fenced-write answers (absent in snapshots written before them).
+    #[serde(default, skip_serializing_if = "crate::fence::Fences::is_empty")]
+    pub fences: crate::fence::Fences,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,6 +91,7 @@ impl<R: Resource> Engine<R> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            fences: self.fences.clone(),
         }
     }
 
@@ -103,6 +107,7 @@ impl<R: Resource> Engine<R> {
         }
         let resource = R::restore(snapshot.resource).map_err(ReplayError::Snapshot)?;
         let mut engine = Engine::new(config, resource);
+        engine.fences = snapshot.fences;
         for entry in snapshot.epochs {
             engine.epochs.insert(
                 entry.coordinator_id,

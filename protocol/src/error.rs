@@ -66,6 +66,18 @@ pub enum ErrorCode {
     NotPending,
     /// An operator action without an operator name or reason, or with one too long.
     InvalidOperator,
+    /// A lease is held by another holder (the body says who and for how long).
+    LeaseHeld,
+    /// A renew or release for a lease that expired, was released or superseded, or that
+    /// another holder holds under this token: it is never revived.
+    LeaseLost,
+    /// A lease TTL outside the documented bounds (zero, or over `LEASE_TTL_MS_MAX`).
+    InvalidTtl,
+    /// A fenced write whose token is lower than one already accepted for its resource (the
+    /// body carries `highest`).
+    StaleToken,
+    /// A fenced write to a key that a prepared transaction holds; retry after its decision.
+    KeyLocked,
     /// Recovery has not finished.
     NotReady,
     /// The log failed (write or fsync error); the process takes no more writes.
@@ -104,6 +116,11 @@ impl ErrorCode {
             ErrorCode::InsufficientEvidence => 409,
             ErrorCode::NotPending => 409,
             ErrorCode::InvalidOperator => 422,
+            ErrorCode::LeaseHeld => 409,
+            ErrorCode::LeaseLost => 409,
+            ErrorCode::InvalidTtl => 422,
+            ErrorCode::StaleToken => 409,
+            ErrorCode::KeyLocked => 409,
             ErrorCode::NotReady => 503,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
@@ -139,6 +156,11 @@ impl ErrorCode {
             ErrorCode::InsufficientEvidence => "insufficient_evidence",
             ErrorCode::NotPending => "not_pending",
             ErrorCode::InvalidOperator => "invalid_operator",
+            ErrorCode::LeaseHeld => "lease_held",
+            ErrorCode::LeaseLost => "lease_lost",
+            ErrorCode::InvalidTtl => "invalid_ttl",
+            ErrorCode::StaleToken => "stale_token",
+            ErrorCode::KeyLocked => "key_locked",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
@@ -196,6 +218,11 @@ mod tests {
             ErrorCode::IncarnationConflict,
             ErrorCode::LogBehind,
             ErrorCode::Overloaded,
+            ErrorCode::LeaseHeld,
+            ErrorCode::LeaseLost,
+            ErrorCode::InvalidTtl,
+            ErrorCode::StaleToken,
+            ErrorCode::KeyLocked,
             ErrorCode::NotReady,
             ErrorCode::LogFailed,
             ErrorCode::Internal,

@@ -26,6 +26,12 @@ pub enum IdError {
     BadIncarnation { found: String },
 }
 
+/// The id rules (non-empty, at most `max` bytes, ASCII letters, digits and `-_.:`), for ids
+/// that are plain strings on the wire.
+pub fn check_id(kind: &'static str, value: &str, max: usize) -> Result<(), IdError> {
+    check(kind, value, max)
+}
+
 fn check(kind: &'static str, value: &str, max: usize) -> Result<(), IdError> {
     if value.is_empty() {
         return Err(IdError::Empty { kind });

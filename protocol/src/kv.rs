@@ -36,16 +36,26 @@ pub enum KvOp {
     },
     /// Vote no unless `key` is at `version` (0 = absent).
     Check { key: String, version: u64 },
+    /// Vote no if `token` is lower than one this participant already accepted for `resource`
+    /// (a lease's fencing token; docs/leases.md); commit raises the resource's highest token.
+    Fence { resource: String, token: u64 },
 }
 
 impl KvOp {
+    /// The key the op touches; for a fence op, the fenced resource (the library checks and
+    /// locks it, not the store).
     pub fn key(&self) -> &str {
         match self {
             KvOp::Put { key, .. }
             | KvOp::Delete { key }
             | KvOp::Add { key, .. }
             | KvOp::Check { key, .. } => key,
+            KvOp::Fence { resource, .. } => resource,
         }
+    }
+
+    pub fn is_fence(&self) -> bool {
+        matches!(self, KvOp::Fence { .. })
     }
 }
 

@@ -9,6 +9,7 @@ pub mod digest;
 pub mod error;
 pub mod ids;
 pub mod kv;
+pub mod lease;
 pub mod limits;
 pub mod messages;
 pub mod operator;

@@ -24,6 +24,12 @@ pub const SAGA: &str = "/v1/sagas/{id}";
 pub const SAGA_ACTION: &str = "/saga/action";
 pub const SAGA_COMPENSATE: &str = "/saga/compensate";
 pub const SAGA_OP: &str = "/saga/ops/{op_id}";
+/// Coordinator: list leases (GET).
+pub const LEASES: &str = "/v1/leases";
+/// Coordinator: acquire (POST), read (GET) and release (DELETE) one lease. Axum path syntax.
+pub const LEASE: &str = "/v1/leases/{name}";
+/// Coordinator: renew one lease (POST).
+pub const LEASE_RENEW: &str = "/v1/leases/{name}/renew";
 
 /// Participant protocol routes, relative to the participant's base URL.
 pub const PREPARE: &str = "/2pc/prepare";

@@ -3,9 +3,11 @@
 //! interleaved cell by cell so drift hits all of them: the very same cluster with durability
 //! off (the baseline), and the same HTTP exchanges through processes that do nothing else (the
 //! floor, see `floor`). Each cell also records the disk's raw fsync latency (`disk`).
+//! `--leases` measures lease grants and fenced writes instead (see `leases`).
 
 mod disk;
 pub mod floor;
+mod leases;
 mod load;
 mod sagas;
 
@@ -47,6 +49,14 @@ pub struct Args {
     /// after the normal table with committed tx/s, abort rate and p99.
     #[arg(long)]
     pub hot_key: bool,
+    /// Measure lease grants/s and fenced writes/s instead of transactions, each against a
+    /// read answered by the same process and against durability off (skipped by
+    /// --no-baseline), at the --lease-concurrency levels.
+    #[arg(long, conflicts_with_all = ["target_coordinator", "hot_key"])]
+    pub leases: bool,
+    /// Concurrencies of the --leases cells (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub lease_concurrency: Vec<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -148,6 +158,15 @@ async fn fsyncs(client: &reqwest::Client, target: &Target) -> Option<f64> {
 async fn run(args: Args) -> Result<()> {
     if args.sagas {
         return sagas::run(&args.concurrency, args.seconds).await;
+    }
+    if args.leases {
+        return leases::run(
+            &args.lease_concurrency,
+            args.seconds,
+            args.no_baseline,
+            args.json,
+        )
+        .await;
     }
     let max_participants = args.participants.iter().copied().max().unwrap_or(1);
     let scratch = std::env::temp_dir().join(format!("twopc-bench-{}", std::process::id()));

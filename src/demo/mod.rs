@@ -1,7 +1,9 @@
 //! `twopc demo`: a local cluster (a coordinator and three checkout participants as child
 //! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
-//! audit of every invariant at the end. Exits 0 only if every invariant holds.
+//! audit of every invariant at the end. Exits 0 only if every invariant holds. With
+//! `--fencing` it plays the lease story instead (see `fencing`).
 
+mod fencing;
 mod reasons;
 mod report;
 mod sagas;
@@ -70,6 +72,11 @@ pub struct Args {
     /// deadlines too short, some failures after a step that cannot be undone, the same crash.
     #[arg(long)]
     pub sagas: bool,
+    /// Instead of the checkout workload: the lease story with real worker processes. A holder
+    /// paused (SIGSTOP) past its TTL comes back, and its delayed write is refused as
+    /// `stale_token` because the next holder already wrote. Exits 0 only if every step holds.
+    #[arg(long, conflicts_with_all = ["target_coordinator", "write_seeds", "record", "keep_running"])]
+    pub fencing: bool,
     #[command(flatten)]
     pub target: TargetArgs,
 }
@@ -88,6 +95,9 @@ pub fn main(args: Args) -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<bool> {
+    if args.fencing {
+        return fencing::run(&args.data_dir, args.fresh).await;
+    }
     let config = CheckoutConfig::default();
     if let Some(dir) = &args.write_seeds {
         write_seeds(dir, &config)?;

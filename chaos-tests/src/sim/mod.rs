@@ -22,6 +22,7 @@
 
 mod coordinator_node;
 mod disk;
+pub mod fencing;
 mod invariants;
 mod io;
 mod net;

@@ -132,7 +132,11 @@ impl ParticipantNode {
             Record::Committed { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Committed),
             Record::Aborted { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Aborted),
             Record::Refused { gtid, .. } => self.note_ended(&gtid.clone(), Ended::Refused),
-            Record::Prepared { .. } | Record::Fence { .. } | Record::SagaOp { .. } => {}
+            Record::Prepared { .. }
+            | Record::Fence { .. }
+            | Record::SagaOp { .. }
+            | Record::FencedWrite { .. }
+            | Record::FencedRepeat { .. } => {}
         }
     }
 
@@ -303,7 +307,7 @@ impl ParticipantNode {
                 let (answer, wait) = match self.step(io, event) {
                     Some((Reply::Ack, wait)) => (Ok(()), wait),
                     Some((Reply::Reject(r), wait)) => (Err((r.code(), r.to_string())), wait),
-                    Some((Reply::Vote(_), wait)) => (
+                    Some((Reply::Vote(_) | Reply::Fenced(_), wait)) => (
                         Err((protocol::ErrorCode::Internal, "vote to a decision".into())),
                         wait,
                     ),
@@ -354,7 +358,9 @@ impl ParticipantNode {
         let answer = match reply {
             Reply::Vote(vote) => Ok(vote),
             Reply::Reject(r) => Err((r.code(), r.to_string())),
-            Reply::Ack => Err((protocol::ErrorCode::Internal, "ack to a prepare".into())),
+            Reply::Ack | Reply::Fenced(_) => {
+                Err((protocol::ErrorCode::Internal, "ack to a prepare".into()))
+            }
         };
         let msg = Msg {
             to: Some(Node::Coordinator),

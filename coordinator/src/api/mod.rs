@@ -2,12 +2,15 @@
 //! doubt, and health, readiness and metrics for operators.
 
 mod error;
+mod leases;
 mod operator;
 mod sagas;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_leases;
 #[cfg(test)]
 mod tests_sagas;
 
@@ -46,6 +49,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::SAGAS),
     ("get", routes::SAGAS),
     ("get", routes::SAGA),
+    ("get", routes::LEASES),
+    ("post", routes::LEASE),
+    ("get", routes::LEASE),
+    ("delete", routes::LEASE),
+    ("post", routes::LEASE_RENEW),
 ];
 
 /// What the handlers share. The core appears once recovery finished; until then every route
@@ -94,6 +102,14 @@ pub fn router(state: AppState) -> Router {
         .route(routes::HEALTHZ, get(healthz))
         .route(routes::READYZ, get(readyz))
         .route(routes::METRICS, get(metrics))
+        .route(routes::LEASES, get(leases::list))
+        .route(
+            routes::LEASE,
+            get(leases::get)
+                .post(leases::acquire)
+                .delete(leases::release),
+        )
+        .route(routes::LEASE_RENEW, post(leases::renew))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))

@@ -52,7 +52,7 @@ async fn ready_app_with(
 /// transaction aborts (and phase two keeps retrying).
 const NOBODY: &str = "http://127.0.0.1:9";
 
-async fn ready_router() -> (Router, tempfile::TempDir) {
+pub(super) async fn ready_router() -> (Router, tempfile::TempDir) {
     let (app, _core, dir) = ready_app(
         &[("inventory", NOBODY), ("payments", NOBODY)],
         crate::config::defaults::RETAINED_MAX,
@@ -91,7 +91,7 @@ fn decision_uri(txid: &str, gtid: &str, epoch: u64) -> String {
     )
 }
 
-async fn call(
+pub(super) async fn call(
     app: &Router,
     method: &str,
     uri: &str,
@@ -118,7 +118,7 @@ fn two() -> Value {
     json!([{"name": "inventory", "payload": {"ops": []}}, {"name": "payments", "payload": {"ops": []}}])
 }
 
-const JSON: Option<&str> = Some("application/json");
+pub(super) const JSON: Option<&str> = Some("application/json");
 
 #[tokio::test]
 async fn every_bad_input_gets_its_status_and_code() {
@@ -598,7 +598,7 @@ async fn openapi_document_lists_exactly_the_served_routes() {
     // And each one really is routed: not 404 unknown_route, not 405.
     let (app, _dir) = ready_router().await;
     for (method, path) in &served {
-        let uri = path.replace("{id}", "t-1");
+        let uri = path.replace("{id}", "t-1").replace("{name}", "n-1");
         let (status, body) = call(&app, &method.to_uppercase(), &uri, JSON, b"{}".to_vec()).await;
         assert!(
             body["error"] != "unknown_route" && status != StatusCode::METHOD_NOT_ALLOWED,

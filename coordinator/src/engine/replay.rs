@@ -88,6 +88,8 @@ impl Engine {
                 LogRecord::Audit(entry) => engine.operator.apply(entry),
                 // Sagas replay into their own table (`SagaEngine::replay`).
                 LogRecord::Saga(_) => {}
+                // The lease service replays its own records (`runtime::start`).
+                LogRecord::Lease(_) => {}
             }
         }
         engine.loads.recount(engine.live.values());
@@ -155,6 +157,8 @@ impl Engine {
             audit_next_seq: 0,
             // The runtime fills in the saga table's copy (taken under the same lock order).
             sagas: Vec::new(),
+            // Filled in by the lease service, under its own lock (`Core::checkpoint`).
+            leases: Default::default(),
         };
         (snapshot.resolved, snapshot.audit, snapshot.audit_next_seq) = self.operator.snapshot();
         for tx in self.live.values() {

@@ -35,12 +35,18 @@ impl Core {
             let mut snapshot = engine.snapshot(self.identity.clone());
             // Under both locks (2PC engine first): the copy matches the records before it.
             snapshot.sagas = self.sagas.lock().snapshot();
+            // Both locks held (engine first) until the checkpoint is submitted: the copy
+            // reflects every lease record submitted before it, and none after.
+            let leases = self.leases.lock();
+            snapshot.leases = leases.snapshot();
             let size = Arc::clone(&bytes);
-            self.wal.checkpoint_with(move || {
+            let ticket = self.wal.checkpoint_with(move || {
                 let encoded = snapshot.encode();
                 size.store(encoded.len() as u64, Ordering::Relaxed);
                 Ok(encoded)
-            })
+            });
+            drop(leases);
+            ticket
         };
         let seq = ticket.wait().await?;
         Ok((seq, bytes.load(Ordering::Relaxed)))

@@ -8,6 +8,7 @@
 
 mod cluster;
 mod housekeeping;
+mod leases;
 mod operator;
 pub mod participants;
 mod sagas;
@@ -80,6 +81,8 @@ pub struct Core {
     operator_lock: tokio::sync::Mutex<()>,
     /// The saga table (issue 13), run by `sagas.rs`.
     sagas: SagaShell,
+    /// The lease service (`runtime::leases`); its records share this log.
+    leases: crate::leases::Leases,
 }
 
 /// A new transaction, checked by the API.
@@ -424,7 +427,8 @@ impl Core {
                             | LogRecord::Ack(_)
                             | LogRecord::Behind(_)
                             | LogRecord::Audit(_)
-                            | LogRecord::Saga(_) => {}
+                            | LogRecord::Saga(_)
+                            | LogRecord::Lease(_) => {}
                         }
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),

@@ -15,6 +15,7 @@ use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalErro
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Event};
 use crate::http_client::{BadBaseUrl, Endpoint};
+use crate::leases::{LeaseClock, LeaseEngine, Leases};
 use crate::metrics::Metrics;
 use crate::outcomes::{OutcomeStore, archiver};
 use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
@@ -112,11 +113,14 @@ pub async fn recover_on(
         .transpose()
         .map_err(undecodable)?;
     let mut records = Vec::with_capacity(recovery.records.len());
+    let mut lease_records = Vec::new();
     for record in &recovery.records {
-        records.push(
-            LogRecord::decode(record.seq, record.record_type.0, &record.payload)
-                .map_err(undecodable)?,
-        );
+        match LogRecord::decode(record.seq, record.record_type.0, &record.payload)
+            .map_err(undecodable)?
+        {
+            LogRecord::Lease(lease) => lease_records.push(lease),
+            other => records.push(other),
+        }
     }
     let sagas = SagaEngine::replay(
         SagaConfig {
@@ -130,6 +134,13 @@ pub async fn recover_on(
             .unwrap_or_default(),
         &records,
     );
+    let lease_snapshot = snapshot
+        .as_mut()
+        .map(|s| std::mem::take(&mut s.leases))
+        .unwrap_or_default();
+    // The restart rule's "now": every lease that may still be held holds a full TTL from here.
+    let lease_clock = LeaseClock::starting_at(now_ms());
+    let lease_engine = LeaseEngine::recover(lease_snapshot, lease_records, lease_clock.now_ms());
     let replayed = Engine::replay(
         EngineConfig {
             retry_base_ms: config.retry_base_ms,
@@ -194,6 +205,7 @@ pub async fn recover_on(
         archive_generation: AtomicU64::new(0),
         operator_lock: tokio::sync::Mutex::new(()),
         sagas: SagaShell::new(sagas),
+        leases: Leases::new(lease_engine, lease_clock),
     });
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.

@@ -10,6 +10,7 @@
 //! prepared transaction leaves the prepared set only through a commit or abort from the
 //! coordinator, or through the coordinator's answer to a decision query.
 
+mod fenced;
 mod in_doubt;
 mod phases;
 mod replay;
@@ -48,6 +49,8 @@ pub struct Engine<R: Resource> {
     pub(crate) waits: Waits<R::Staged>,
     /// Saga steps seen, with the first answer of each op (see `saga`).
     pub(crate) saga_barrier: saga::Barrier,
+    /// Highest fencing token per fenced resource, and fenced writes' answers by op id.
+    pub(crate) fences: crate::fence::Fences,
 }
 
 impl<R: Resource> Engine<R> {
@@ -62,11 +65,17 @@ impl<R: Resource> Engine<R> {
             epochs: BTreeMap::new(),
             waits: Waits::default(),
             saga_barrier: saga::Barrier::new(),
+            fences: crate::fence::Fences::default(),
         }
     }
 
     pub fn resource(&self) -> &R {
         &self.resource
+    }
+
+    /// The fencing tokens accepted and the fenced writes' answers.
+    pub fn fences(&self) -> &crate::fence::Fences {
+        &self.fences
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -194,6 +203,7 @@ impl<R: Resource> Engine<R> {
                 now_ms,
                 entropy,
             } => self.decision_answer(gtid, answer, now_ms, entropy),
+            Event::FencedWrite { write, now_ms } => self.fenced_write(write, now_ms),
         }
     }
 

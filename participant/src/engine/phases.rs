@@ -205,7 +205,9 @@ impl<R: Resource> Engine<R> {
             .resource
             .parse(&payload)
             .map_err(|e| Refusal::Reject(Rejection::InvalidPayload(e.0)))?;
-        let keys = dedup(self.resource.lock_keys(&staged));
+        let claims = crate::fence::claims_in(&payload)
+            .map_err(|e| Refusal::Reject(Rejection::InvalidPayload(e.0)))?;
+        let keys = super::fenced::lock_keys(self.resource.lock_keys(&staged), &claims);
         let order = (started_at_ms, gtid.clone());
         let wait_ms = lock_wait_ms
             .unwrap_or(self.config.lock_wait_max_ms)
@@ -256,6 +258,9 @@ impl<R: Resource> Engine<R> {
             }
         }
         self.resource.check(&staged).map_err(Refusal::No)?;
+        self.fences
+            .check_all(&claims)
+            .map_err(|stale| Refusal::No(stale.to_string()))?;
         Ok(Admitted::Prepared(self.hold(
             Holding {
                 gtid: gtid.clone(),
@@ -511,7 +516,13 @@ impl<R: Resource> Engine<R> {
         // Its keys are free: a waiter may be granted at the end of this step.
         self.waits.changed = true;
         match &ended {
-            Ended::Committed => self.resource.apply(prepared.staged),
+            Ended::Committed => {
+                self.resource.apply(prepared.staged);
+                // Parsed when it prepared, so it parses now.
+                for claim in crate::fence::claims_in(&prepared.payload).unwrap_or_default() {
+                    self.fences.accept(&claim);
+                }
+            }
             Ended::Aborted | Ended::Refused { .. } => self.resource.release(prepared.staged),
         }
         self.tombstones

@@ -9,7 +9,7 @@
 use protocol::digest::Digest;
 use protocol::{GlobalTxId, TxId};
 
-use super::phases::{Sender, dedup};
+use super::phases::Sender;
 use super::{Engine, PreparedTx, ReplayError};
 use crate::record::Record;
 use crate::resource::Resource;
@@ -91,7 +91,15 @@ impl<R: Resource> Engine<R> {
             } => {
                 self.replay_end(gtid, at_ms, Ended::Refused { reason });
             }
-            Record::Fence { .. } => {}
+            Record::Fence { .. } | Record::FencedRepeat { .. } => {}
+            Record::FencedWrite {
+                op_id,
+                resource,
+                token,
+                payload,
+                receipt,
+                ..
+            } => self.replay_fenced_write(op_id, resource, token, &payload, receipt)?,
         }
         Ok(())
     }
@@ -124,7 +132,11 @@ impl<R: Resource> Engine<R> {
                 gtid: gtid.clone(),
                 reason: e.0,
             })?;
-        let keys = dedup(self.resource.lock_keys(&staged));
+        let claims = crate::fence::claims_in(&payload).map_err(|e| ReplayError::Payload {
+            gtid: gtid.clone(),
+            reason: e.0,
+        })?;
+        let keys = super::fenced::lock_keys(self.resource.lock_keys(&staged), &claims);
         self.tombstones.remove(&gtid);
         self.locks.take(&gtid, &keys);
         self.prepared.insert(

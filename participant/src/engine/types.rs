@@ -74,6 +74,11 @@ pub enum Event {
         now_ms: u64,
         entropy: u64,
     },
+    /// A write outside 2PC guarded by a fencing token (`crate::fence`).
+    FencedWrite {
+        write: crate::fence::FencedWrite,
+        now_ms: u64,
+    },
 }
 
 impl Event {
@@ -84,7 +89,8 @@ impl Event {
             | Event::Commit { now_ms, .. }
             | Event::Abort { now_ms, .. }
             | Event::Tick { now_ms }
-            | Event::DecisionAnswer { now_ms, .. } => *now_ms,
+            | Event::DecisionAnswer { now_ms, .. }
+            | Event::FencedWrite { now_ms, .. } => *now_ms,
         }
     }
 }
@@ -112,6 +118,8 @@ pub enum Reply {
     Vote(Vote),
     Ack,
     Reject(Rejection),
+    /// A fenced write's answer (the first one, for a repeated op id).
+    Fenced(crate::fence::FencedAnswer),
 }
 
 /// A transaction holding its locks between prepare and decision.
@@ -147,4 +155,6 @@ pub enum ReplayError {
     Payload { gtid: GlobalTxId, reason: String },
     #[error("snapshot: {0}")]
     Snapshot(String),
+    #[error("fenced write {op_id}: its logged payload no longer parses: {reason}")]
+    FencedWrite { op_id: String, reason: String },
 }

@@ -247,7 +247,10 @@ impl<R: Resource> Engine<R> {
         out: &mut Vec<Command>,
     ) {
         let gtid = order.1;
-        if let Err(reason) = self.resource.check(&waiter.staged) {
+        let fenced = crate::fence::claims_in(&waiter.payload)
+            .map_err(|e| e.0)
+            .and_then(|claims| self.fences.check_all(&claims).map_err(|s| s.to_string()));
+        if let Err(reason) = self.resource.check(&waiter.staged).and(fenced) {
             self.refuse_waiter(&gtid, waiter, reason, now_ms, out);
             return;
         }

@@ -76,7 +76,7 @@ impl KvStore {
     /// written (`None` = deleted), or the reason to vote no.
     fn simulate<'a>(&self, ops: &'a [KvOp]) -> Result<BTreeMap<&'a str, Option<Slot>>, String> {
         let mut overlay: BTreeMap<&str, Option<Slot>> = BTreeMap::new();
-        for op in ops {
+        for op in ops.iter().filter(|op| !op.is_fence()) {
             let key = op.key();
             let current = match overlay.get(key) {
                 Some(slot) => slot.clone(),
@@ -121,6 +121,8 @@ impl KvStore {
                         }),
                     );
                 }
+                // Checked (and locked) by the library's fence; never reached (filtered).
+                KvOp::Fence { .. } => {}
                 KvOp::Check {
                     version: expected, ..
                 } => {
@@ -162,14 +164,19 @@ impl Resource for KvStore {
                 payload.ops.len()
             )));
         }
-        for op in &payload.ops {
+        for op in payload.ops.iter().filter(|op| !op.is_fence()) {
             check_key(op.key())?;
         }
         Ok(KvStaged { ops: payload.ops })
     }
 
     fn lock_keys(&self, staged: &KvStaged) -> Vec<String> {
-        staged.ops.iter().map(|op| op.key().to_string()).collect()
+        staged
+            .ops
+            .iter()
+            .filter(|op| !op.is_fence())
+            .map(|op| op.key().to_string())
+            .collect()
     }
 
     fn check(&self, staged: &KvStaged) -> Result<(), String> {
@@ -197,6 +204,15 @@ impl Resource for KvStore {
 
     fn entries(&self) -> usize {
         self.entries.len()
+    }
+
+    /// `{"key", "version"}` of the first key written (what `PUT /v1/kv/{key}` answers).
+    fn receipt(&self, keys: &[String]) -> serde_json::Value {
+        let Some(key) = keys.first() else {
+            return serde_json::Value::Null;
+        };
+        let version = self.entries.get(key).map_or(0, |slot| slot.version);
+        serde_json::json!({"key": key, "version": version})
     }
 
     fn snapshot(&self) -> serde_json::Value {

@@ -1,0 +1,136 @@
+//! Leases and fencing with real processes: the seeds' story (a holder paused past its TTL
+//! comes back and its delayed write loses to the newer holder's), and the crash points of the
+//! lease service and of fenced writes.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use chaos_tests::lease_nodes::{blocking, coordinator, participant, send};
+use chaos_tests::node::Node;
+use serde_json::Value;
+
+fn plain() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_twopc"))
+}
+
+/// A worker process with its JSON event lines arriving on a channel.
+struct Worker {
+    child: Child,
+    events: mpsc::Receiver<Value>,
+}
+
+impl Worker {
+    fn start(c: &Node, p: &Node, holder: &str, extra: &[&str]) -> Worker {
+        let mut child = Command::new(plain())
+            .args([
+                "lease-worker",
+                "--coordinator",
+                &c.url(),
+                "--participant",
+                &p.url(),
+            ])
+            .args([
+                "--lease",
+                "orders-partition-3",
+                "--key",
+                "orders",
+                "--holder",
+                holder,
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, events) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(event) = serde_json::from_str::<Value>(&line) {
+                    let _ = send.send(event);
+                }
+            }
+        });
+        Worker { child, events }
+    }
+
+    /// The next event, which must be `kind`.
+    fn expect(&self, kind: &str) -> Value {
+        let event = self
+            .events
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no {kind} event: {e}"));
+        assert_eq!(event["event"].as_str(), Some(kind), "{event}");
+        event
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn exit_code(mut self) -> Option<i32> {
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_ttl_loses_its_delayed_write_to_the_next_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = coordinator(plain(), dir.path(), None);
+    let p = participant(plain(), dir.path(), None);
+    // A writes at once, then renews and waits 3 s before its second write: the pause window.
+    let a = Worker::start(
+        &c,
+        &p,
+        "worker-a",
+        &[
+            "--ttl-ms",
+            "1000",
+            "--writes",
+            "2",
+            "--write-delay-ms",
+            "3000",
+        ],
+    );
+    let n = a.expect("acquired")["token"].as_u64().unwrap();
+    a.expect("wrote");
+    a.expect("renewed");
+    a.signal("-STOP");
+    // B waits for A's lease to expire (A cannot renew: it is stopped), then writes.
+    let b = Worker::start(&c, &p, "worker-b", &["--ttl-ms", "5000", "--writes", "1"]);
+    let b_token = b.expect("acquired")["token"].as_u64().unwrap();
+    assert_eq!(b_token, n + 1, "the next owner gets the next token");
+    b.expect("wrote");
+    b.expect("released");
+    assert_eq!(blocking(|| b.exit_code()), Some(0));
+    a.signal("-CONT");
+    let stale = a.expect("stale");
+    assert_eq!(
+        (stale["token"].as_u64(), stale["highest"].as_u64()),
+        (Some(n), Some(n + 1)),
+        "{stale}"
+    );
+    assert_eq!(blocking(|| a.exit_code()), Some(3));
+    let (status, stored) = send(reqwest::Client::new().get(format!("{}/v1/kv/orders", p.url())))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, stored["value"].as_str()),
+        (200, Some("worker-b-0")),
+        "{stored}"
+    );
+}
