@@ -82,6 +82,32 @@ pub enum CtlCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Sagas, stuck first (needs_attention, compensating, running), with age and each step.
+    Sagas {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Try a saga that waits for its backoff timer (a failing compensation) now.
+    RetrySaga {
+        id: String,
+        #[arg(long, default_value = "retry now")]
+        reason: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        operator: String,
+    },
+    /// Mark a needs_attention saga as settled by hand (it stays listed, marked, audited).
+    ResolveSaga {
+        id: String,
+        /// What was done outside twopc, for the audit trail.
+        #[arg(long)]
+        reason: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        operator: String,
+    },
+    /// Leases held now, with holder, token and time left.
+    Leases,
 }
 
 /// A failure with the exit code it means.
@@ -211,6 +237,79 @@ async fn run(args: Args) -> Result<(), Failed> {
                     "{} deliveries started now (audit #{})\n",
                     b["retried"], b["audit_seq"]
                 ))
+            })
+        }
+        CtlCommand::Sagas { state, limit } => {
+            let mut path = format!("/v1/sagas?limit={limit}");
+            if let Some(state) = state {
+                path.push_str(&format!("&state={state}"));
+            }
+            let body = call.get(&path).await?;
+            call.print(&body, |b| {
+                let list: protocol::saga::SagaList = serde_json::from_value(b.clone())?;
+                Ok(sagas_text(&list))
+            })
+        }
+        CtlCommand::RetrySaga {
+            id,
+            reason,
+            operator,
+        } => {
+            let answer = call
+                .post(
+                    &format!("/v1/sagas/{id}/retry"),
+                    &json!({"operator": operator, "reason": reason}),
+                )
+                .await?;
+            call.print(&answer, |b| {
+                Ok(format!(
+                    "saga {id}: {} (audit #{})\n",
+                    if b["retried"] == 1 {
+                        "tried now"
+                    } else {
+                        "nothing was waiting for a timer"
+                    },
+                    b["audit_seq"]
+                ))
+            })
+        }
+        CtlCommand::ResolveSaga {
+            id,
+            reason,
+            operator,
+        } => {
+            let answer = call
+                .post(
+                    &format!("/v1/sagas/{id}/resolve"),
+                    &json!({"operator": operator, "reason": reason}),
+                )
+                .await?;
+            call.print(&answer, |b| {
+                let saga: protocol::saga::SagaResponse = serde_json::from_value(b.clone())?;
+                Ok(sagas_text(&protocol::saga::SagaList { sagas: vec![saga] }))
+            })
+        }
+        CtlCommand::Leases => {
+            let body = call.get("/v1/leases").await?;
+            call.print(&body, |b| {
+                let list: protocol::lease::LeaseList = serde_json::from_value(b.clone())?;
+                let mut out = format!(
+                    "{:<32} {:<24} {:>8} {:>10}\n",
+                    "name", "holder", "token", "left"
+                );
+                for lease in &list.leases {
+                    out.push_str(&format!(
+                        "{:<32} {:<24} {:>8} {:>9}s\n",
+                        lease.name,
+                        lease.holder,
+                        lease.token,
+                        lease.expires_in_ms.unwrap_or(0) / 1000
+                    ));
+                }
+                if list.leases.is_empty() {
+                    out.push_str("no lease is held\n");
+                }
+                Ok(out)
             })
         }
         CtlCommand::Audit { limit } => {
@@ -382,6 +481,46 @@ fn evidence_text(evidence: &Evidence) -> String {
     out
 }
 
+fn sagas_text(list: &protocol::saga::SagaList) -> String {
+    let mut out = String::new();
+    for saga in &list.sagas {
+        out.push_str(&format!(
+            "{} {} ({} s){}{}\n",
+            saga.id,
+            saga.state.as_str(),
+            saga.age_ms / 1000,
+            saga.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default(),
+            saga.resolved_by_hand
+                .as_ref()
+                .map(|h| format!(
+                    " [settled by hand by {} (audit #{}): {}]",
+                    h.operator, h.audit_seq, h.reason
+                ))
+                .unwrap_or_default()
+        ));
+        for step in &saga.steps {
+            out.push_str(&format!(
+                "  {:<16} {:<16} {:?} attempts {}{}\n",
+                step.name,
+                step.participant.as_str(),
+                step.status,
+                step.attempts,
+                step.last_error
+                    .as_deref()
+                    .map(|e| format!(", last error: {e}"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if list.sagas.is_empty() {
+        out.push_str("no sagas\n");
+    }
+    out
+}
+
 fn audit_text(list: &AuditList) -> String {
     let mut out = String::new();
     for entry in &list.audit {
@@ -396,6 +535,8 @@ fn audit_text(list: &AuditList) -> String {
                 participant,
                 retried,
             } => format!("retry participant {participant}: {retried} deliveries"),
+            AuditAction::RetrySaga { id } => format!("retry saga {id}"),
+            AuditAction::ResolveSagaByHand { id } => format!("settle saga {id} by hand"),
         };
         out.push_str(&format!(
             "#{} at {} ms by {}: {what} ({})\n",

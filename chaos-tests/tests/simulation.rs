@@ -259,7 +259,7 @@ fn saga_invariants_hold_on_every_seed() {
         Some(seed) => vec![seed],
         None => (0..env_u64("TWOPC_SAGA_SIM_SEEDS").unwrap_or(1_000)).collect(),
     };
-    let mut totals = [0u64; 5];
+    let mut totals = [0u64; 6];
     for seed in seeds {
         let stats = run_saga_seed(seed, SagaSimConfig::default()).unwrap_or_else(|e| {
             panic!("{e}\nreplay: TWOPC_SAGA_SIM_SEED={seed} cargo test -p twopc-chaos-tests --test simulation saga")
@@ -270,13 +270,14 @@ fn saga_invariants_hold_on_every_seed() {
             stats.needs_attention,
             stats.coordinator_crashes,
             stats.participant_crashes,
+            stats.operator_retries,
         ]) {
             *total += n;
         }
     }
     eprintln!(
-        "sagas: {} completed, {} compensated, {} needs_attention; {} coordinator and {} participant crashes",
-        totals[0], totals[1], totals[2], totals[3], totals[4]
+        "sagas: {} completed, {} compensated, {} needs_attention; {} coordinator and {} participant crashes; {} operator retries",
+        totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
     );
     // Every fate and both kinds of crash happened: the runs are not vacuous.
     assert!(totals.iter().all(|n| *n > 0), "{totals:?}");

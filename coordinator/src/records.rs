@@ -250,6 +250,9 @@ pub struct Snapshot {
     /// The sequence number after the last operator action.
     #[serde(default)]
     pub audit_next_seq: u64,
+    /// `needs_attention` sagas an operator settled by hand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hand_resolved_sagas: Vec<(TxId, protocol::operator::HandResolution)>,
     /// Every saga the log holds, live and ended (issue 13).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sagas: Vec<crate::saga::engine::Saga>,
@@ -469,6 +472,7 @@ mod tests {
             }],
             audit: vec![],
             audit_next_seq: 2,
+            hand_resolved_sagas: vec![],
             sagas: vec![],
             leases: LeaseSnapshot {
                 last_token: 9,

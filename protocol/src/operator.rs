@@ -127,6 +127,32 @@ pub enum AuditAction {
         participant: ParticipantName,
         retried: u64,
     },
+    /// A saga waiting for its backoff timer (a failing compensation, a step to ask about)
+    /// tried now.
+    RetrySaga {
+        id: TxId,
+    },
+    /// A `needs_attention` saga an operator settled outside twopc; it stays listed, marked.
+    ResolveSagaByHand {
+        id: TxId,
+    },
+}
+
+/// `POST /v1/sagas/{id}/resolve`: a `needs_attention` saga settled by hand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SagaResolveRequest {
+    pub operator: String,
+    pub reason: String,
+}
+
+/// How a saga was settled by hand, as its status shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandResolution {
+    pub operator: String,
+    pub reason: String,
+    pub at_ms: u64,
+    pub audit_seq: u64,
 }
 
 /// One audit record (`GET /v1/audit`): who did what, when, why, and what was known.
@@ -187,9 +213,19 @@ pub struct ClusterView {
     pub live: Vec<crate::TransactionStatus>,
     pub live_total: u64,
     pub participants: Vec<ParticipantView>,
+    /// Sagas not ended well: needs_attention (hand-resolved last), compensating, running;
+    /// at most `SAGAS_SHOWN`.
+    #[serde(default)]
+    pub sagas: Vec<crate::saga::SagaResponse>,
+    /// Every lease held now.
+    #[serde(default)]
+    pub leases: Vec<crate::lease::Lease>,
     /// The newest operator actions.
     pub audit: Vec<AuditEntry>,
 }
+
+/// Sagas the cluster view lists.
+pub const SAGAS_SHOWN: usize = 100;
 
 /// Live transactions the cluster view lists (the oldest: the stuck ones).
 pub const LIVE_SHOWN: usize = 200;

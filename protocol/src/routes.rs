@@ -19,6 +19,9 @@ pub const UI: &str = "/ui";
 /// Coordinator: create (POST) and list (GET) sagas; one saga's status (issue 13).
 pub const SAGAS: &str = "/v1/sagas";
 pub const SAGA: &str = "/v1/sagas/{id}";
+/// Coordinator, operators: try a waiting saga now; settle a needs_attention saga by hand.
+pub const SAGA_RETRY: &str = "/v1/sagas/{id}/retry";
+pub const SAGA_RESOLVE: &str = "/v1/sagas/{id}/resolve";
 
 /// Participant saga routes, relative to the participant's base URL.
 pub const SAGA_ACTION: &str = "/saga/action";

@@ -216,6 +216,9 @@ pub struct SagaResponse {
     pub created_at_ms: u64,
     /// Milliseconds since the saga was accepted (until it ended, for an ended one).
     pub age_ms: u64,
+    /// Set when an operator settled this `needs_attention` saga by hand (it stays listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by_hand: Option<crate::operator::HandResolution>,
 }
 
 /// `GET /v1/sagas`: stuck sagas first (needs_attention, then compensating, then running, each

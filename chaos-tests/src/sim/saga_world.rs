@@ -67,6 +67,9 @@ pub struct SagaRunStats {
     pub needs_attention: u64,
     pub coordinator_crashes: u64,
     pub participant_crashes: u64,
+    /// Operator "retry now"s (`POST /v1/sagas/{id}/retry`): an early `RetryDue`, which the
+    /// engine must take only for a saga waiting for its timer.
+    pub operator_retries: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -438,6 +441,24 @@ impl World {
         }
     }
 
+    /// An operator asks for a random saga to be tried now, as `Core::retry_saga` does: the
+    /// same `RetryDue` the timer would send, early, to the running coordinator.
+    fn operator_retry(&mut self) {
+        if self.requests.is_empty() {
+            return;
+        }
+        let i = self.rng.usize(0..self.requests.len());
+        let id = self.requests[i].0.id.clone();
+        self.stats.operator_retries += 1;
+        self.schedule(
+            0,
+            Msg::Timer {
+                run: self.run,
+                event: SagaEvent::RetryDue { id, now_ms: 0 },
+            },
+        );
+    }
+
     fn crash_coordinator(&mut self) {
         if self.coordinator.take().is_some() {
             self.stats.coordinator_crashes += 1;
@@ -530,6 +551,7 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                     world.crash_participant(i);
                 }
                 8..=12 => world.checkpoint(),
+                13..=22 => world.operator_retry(),
                 _ => {}
             }
         }

@@ -12,6 +12,8 @@ mod tests;
 #[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
+mod tests_saga_operator;
+#[cfg(test)]
 mod tests_sagas;
 
 use std::sync::{Arc, OnceLock};
@@ -42,6 +44,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::PARTICIPANT_RETRY),
     ("get", routes::AUDIT),
     ("get", routes::CLUSTER),
+    ("post", routes::SAGA_RETRY),
+    ("post", routes::SAGA_RESOLVE),
     ("get", routes::UI),
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
@@ -96,6 +100,8 @@ pub fn router(state: AppState) -> Router {
         .route(routes::PARTICIPANT_RETRY, post(operator::retry_participant))
         .route(routes::AUDIT, get(operator::audit))
         .route(routes::CLUSTER, get(operator::cluster))
+        .route(routes::SAGA_RETRY, post(operator::retry_saga))
+        .route(routes::SAGA_RESOLVE, post(operator::resolve_saga))
         .route(routes::UI, get(operator::ui))
         .route(routes::SAGAS, get(sagas::list).post(sagas::create))
         .route(routes::SAGA, get(sagas::status))

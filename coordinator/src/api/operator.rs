@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
-use protocol::operator::{AuditList, ResolveRequest, RetryRequest};
+use protocol::operator::{AuditList, ResolveRequest, RetryRequest, SagaResolveRequest};
 use protocol::{ErrorCode, GlobalTxId, ParticipantName};
 
 use super::transactions::{QueryPairs, is_json, query_pairs, txid};
@@ -128,6 +128,63 @@ pub async fn retry_participant(
         Ok::<_, ApiError>((core, RetryTarget::Participant(name), request))
     })();
     retry(prepared).await
+}
+
+/// `POST /v1/sagas/{id}/retry`.
+pub async fn retry_saga(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let id = txid(path)?;
+        let request: RetryRequest = body_of(&headers, body, true)?;
+        Ok::<_, ApiError>((core, id, request))
+    })();
+    let (core, id, request) = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.retry_saga(id, request).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => operator_error(e),
+    }
+}
+
+/// The saga hand-resolution body has no sensible default; an empty body is an error.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(transparent)]
+struct SagaResolveBody(Option<SagaResolveRequest>);
+
+/// `POST /v1/sagas/{id}/resolve`: a `needs_attention` saga settled by hand.
+pub async fn resolve_saga(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let id = txid(path)?;
+        let SagaResolveBody(request) = body_of(&headers, body, false)?;
+        let request = request.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::MalformedJson,
+                "expected {\"operator\",\"reason\"}",
+            )
+        })?;
+        Ok::<_, ApiError>((core, id, request))
+    })();
+    let (core, id, request) = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.resolve_saga_by_hand(id, request).await {
+        Ok(saga) => Json(saga).into_response(),
+        Err(e) => operator_error(e),
+    }
 }
 
 async fn retry(

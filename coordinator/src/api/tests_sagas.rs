@@ -60,7 +60,7 @@ async fn scripted_participant(seen: Seen) -> String {
     url
 }
 
-async fn app_on(dir: &std::path::Path, url: &str) -> (Router, Arc<Core>) {
+pub(super) async fn app_on(dir: &std::path::Path, url: &str) -> (Router, Arc<Core>) {
     let participants: BTreeMap<_, _> = ["inventory", "payments", "mailer"]
         .iter()
         .map(|n| (ParticipantName::new(*n).unwrap(), url.to_string()))
@@ -73,7 +73,12 @@ async fn app_on(dir: &std::path::Path, url: &str) -> (Router, Arc<Core>) {
     (router(state), core)
 }
 
-async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+pub(super) async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut request = Request::builder().method(method).uri(uri);
     let body = match body {
         Some(v) => {

@@ -38,7 +38,7 @@ use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
 pub use backoff::retry_delay_ms;
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use load::{Bounds, Load};
-pub use operator::{AUDIT_KEPT, ResolvedAttempt};
+pub use operator::{AUDIT_KEPT, OperatorSnapshot, ResolvedAttempt};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
 pub use view::DecisionAnswer;

@@ -6,13 +6,22 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use protocol::operator::{AuditAction, AuditEntry};
+use protocol::operator::{AuditAction, AuditEntry, HandResolution};
 use protocol::{Decision, GlobalTxId, TxId};
 use serde::{Deserialize, Serialize};
 
 /// Audit entries kept (in memory and in each checkpoint); older ones leave with the log
 /// segments a checkpoint lets go. Operator actions are rare: this is months of them.
 pub const AUDIT_KEPT: usize = 10_000;
+
+/// What a checkpoint keeps of the operator state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorSnapshot {
+    pub resolved: Vec<ResolvedAttempt>,
+    pub audit: Vec<AuditEntry>,
+    pub next_seq: u64,
+    pub hand_resolved: Vec<(TxId, HandResolution)>,
+}
 
 /// One attempt an operator resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +42,8 @@ pub struct OperatorState {
     resolved: BTreeMap<GlobalTxId, ResolvedAttempt>,
     audit: VecDeque<AuditEntry>,
     next_seq: u64,
+    /// `needs_attention` sagas settled by hand (kept for ever: few, and they stay listed).
+    hand_resolved: BTreeMap<TxId, HandResolution>,
 }
 
 impl OperatorState {
@@ -61,6 +72,17 @@ impl OperatorState {
             assert!(
                 previous.is_none(),
                 "attempt {gtid} was resolved twice; the judge refuses a second resolution"
+            );
+        }
+        if let AuditAction::ResolveSagaByHand { id } = &entry.action {
+            self.hand_resolved.insert(
+                id.clone(),
+                HandResolution {
+                    operator: entry.operator.clone(),
+                    reason: entry.reason.clone(),
+                    at_ms: entry.at_ms,
+                    audit_seq: entry.seq,
+                },
             );
         }
         self.audit.push_back(entry);
@@ -98,24 +120,34 @@ impl OperatorState {
     }
 
     /// For a checkpoint: every resolution and the kept audit entries.
-    pub fn snapshot(&self) -> (Vec<ResolvedAttempt>, Vec<AuditEntry>, u64) {
-        (
-            self.resolved.values().cloned().collect(),
-            self.audit.iter().cloned().collect(),
-            self.next_seq,
-        )
+    pub fn snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot {
+            resolved: self.resolved.values().cloned().collect(),
+            audit: self.audit.iter().cloned().collect(),
+            next_seq: self.next_seq,
+            hand_resolved: self
+                .hand_resolved
+                .iter()
+                .map(|(id, h)| (id.clone(), h.clone()))
+                .collect(),
+        }
     }
 
-    pub fn restore(
-        resolved: Vec<ResolvedAttempt>,
-        audit: Vec<AuditEntry>,
-        next_seq: u64,
-    ) -> OperatorState {
+    pub fn restore(snapshot: OperatorSnapshot) -> OperatorState {
         OperatorState {
-            resolved: resolved.into_iter().map(|r| (r.gtid.clone(), r)).collect(),
-            audit: audit.into_iter().collect(),
-            next_seq,
+            resolved: snapshot
+                .resolved
+                .into_iter()
+                .map(|r| (r.gtid.clone(), r))
+                .collect(),
+            audit: snapshot.audit.into_iter().collect(),
+            next_seq: snapshot.next_seq,
+            hand_resolved: snapshot.hand_resolved.into_iter().collect(),
         }
+    }
+
+    pub fn hand_resolution(&self, id: &TxId) -> Option<&HandResolution> {
+        self.hand_resolved.get(id)
     }
 }
 
@@ -164,6 +196,36 @@ impl super::Engine {
     /// The audit trail, newest first.
     pub fn audit(&self, limit: usize, before: Option<u64>) -> Vec<AuditEntry> {
         self.operator.audit(limit, before)
+    }
+
+    /// How an operator settled saga `id` by hand, if one did.
+    pub fn hand_resolution(&self, id: &TxId) -> Option<HandResolution> {
+        self.operator.hand_resolution(id).cloned()
+    }
+
+    /// Sagas settled by hand so far.
+    pub fn hand_resolved_count(&self) -> u64 {
+        self.operator.hand_resolved.len() as u64
+    }
+
+    /// Deliveries of `txid` (or to `participant`, or both) waiting for their backoff timer:
+    /// what an operator's retry would start now.
+    pub fn waiting_deliveries(
+        &self,
+        txid: Option<&TxId>,
+        participant: Option<&protocol::ParticipantName>,
+    ) -> u64 {
+        self.live
+            .values()
+            .filter(|tx| txid.is_none_or(|t| *t == tx.id))
+            .filter(|tx| matches!(tx.phase, super::Phase::Decided(_)))
+            .flat_map(|tx| &tx.parts)
+            .filter(|p| {
+                !p.acked
+                    && p.delivery == super::Delivery::RetryArmed
+                    && participant.is_none_or(|n| *n == p.name)
+            })
+            .count() as u64
     }
 
     /// The attempt this engine holds for `txid` (live or staged) and the participants it
@@ -267,8 +329,7 @@ mod tests {
         let seqs: Vec<u64> = state.audit(10, None).iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![2, 1], "newest first");
         assert_eq!(state.audit(10, Some(2)).len(), 1);
-        let (resolved, audit, next) = state.snapshot();
-        let back = OperatorState::restore(resolved, audit, next);
+        let back = OperatorState::restore(state.snapshot());
         assert_eq!(back.next_seq(), 3);
         assert!(back.resolved(&GlobalTxId::new("g1").unwrap()).is_some());
     }

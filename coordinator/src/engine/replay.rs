@@ -49,11 +49,12 @@ impl Engine {
                 engine.note_attempt(&retained.decision.attempt);
                 engine.retained.insert(retained);
             }
-            engine.operator = super::operator::OperatorState::restore(
-                snapshot.resolved,
-                snapshot.audit,
-                snapshot.audit_next_seq,
-            );
+            engine.operator = super::operator::OperatorState::restore(super::OperatorSnapshot {
+                resolved: snapshot.resolved,
+                audit: snapshot.audit,
+                next_seq: snapshot.audit_next_seq,
+                hand_resolved: snapshot.hand_resolved_sagas,
+            });
         }
         for record in records {
             match record {
@@ -155,12 +156,17 @@ impl Engine {
             resolved: Vec::new(),
             audit: Vec::new(),
             audit_next_seq: 0,
+            hand_resolved_sagas: Vec::new(),
             // The runtime fills in the saga table's copy (taken under the same lock order).
             sagas: Vec::new(),
             // Filled in by the lease service, under its own lock (`Core::checkpoint`).
             leases: Default::default(),
         };
-        (snapshot.resolved, snapshot.audit, snapshot.audit_next_seq) = self.operator.snapshot();
+        let operator = self.operator.snapshot();
+        snapshot.resolved = operator.resolved;
+        snapshot.audit = operator.audit;
+        snapshot.audit_next_seq = operator.next_seq;
+        snapshot.hand_resolved_sagas = operator.hand_resolved;
         for tx in self.live.values() {
             match &tx.phase {
                 Phase::Preparing | Phase::LogFailed { .. } => snapshot.begun.push(BeginRecord {

@@ -1,5 +1,6 @@
 //! The cluster view: the coordinator's live transactions (the oldest first: stuck ones), what
-//! every participant holds in doubt, and the newest operator actions. Read-only; fetched from
+//! every participant holds in doubt, the sagas not ended well, the leases held, and the newest
+//! operator actions. Read-only; fetched from
 //! the participants' own `/v1/prepared` at the moment it is asked.
 
 use std::sync::Arc;
@@ -64,7 +65,16 @@ impl Core {
                 },
             });
         }
+        let sagas = self
+            .list_sagas(None, protocol::operator::SAGAS_SHOWN)
+            .into_iter()
+            .filter(|s| {
+                !s.state.is_terminal() || s.state == protocol::saga::SagaState::NeedsAttention
+            })
+            .collect();
         ClusterView {
+            sagas,
+            leases: self.leases(),
             now_ms: now,
             coordinator_id: self.identity.coordinator_id.clone(),
             epoch: self.identity.epoch,

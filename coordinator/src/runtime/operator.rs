@@ -10,6 +10,7 @@ use tracing::{info, warn};
 use protocol::operator::{
     AttemptStatus, AuditAction, AuditEntry, Evidence, OPERATOR_LEN_MAX, ParticipantEvidence,
     REASON_LEN_MAX, RefusalBody, ResolveRequest, ResolveResponse, RetryRequest, RetryResponse,
+    SagaResolveRequest,
 };
 use protocol::{ErrorCode, GlobalTxId, ParticipantName, TxId, routes};
 use wal::{Durability, RecordType};
@@ -177,6 +178,24 @@ impl Core {
                 }
             }
         };
+        // The audit record names what waits now; it is durable before anything starts.
+        let waiting = match &event {
+            Event::RetryNow { txid, participant } => self
+                .lock_engine()
+                .waiting_deliveries(txid.as_ref(), participant.as_ref()),
+            _ => 0,
+        };
+        let action = match target {
+            RetryTarget::Transaction(id) => AuditAction::RetryTransaction {
+                id,
+                retried: waiting,
+            },
+            RetryTarget::Participant(participant) => AuditAction::RetryParticipant {
+                participant,
+                retried: waiting,
+            },
+        };
+        let entry = self.log_audit(operator, reason, action).await?;
         let mut retried = 0u64;
         self.apply_with(|engine| {
             let commands = engine.step(event);
@@ -186,14 +205,6 @@ impl Core {
         self.metrics
             .operator_retries
             .fetch_add(retried, std::sync::atomic::Ordering::Relaxed);
-        let action = match target {
-            RetryTarget::Transaction(id) => AuditAction::RetryTransaction { id, retried },
-            RetryTarget::Participant(participant) => AuditAction::RetryParticipant {
-                participant,
-                retried,
-            },
-        };
-        let entry = self.log_audit(operator, reason, action).await?;
         info!(seq = entry.seq, retried, operator = %entry.operator, "deliveries retried now by an operator");
         Ok(RetryResponse {
             retried,
@@ -258,6 +269,104 @@ impl Core {
             },
             own,
             named,
+        })
+    }
+
+    /// Tries a saga that waits for its backoff timer (a failing compensation, a step to ask
+    /// about) now. Audited first, like every action.
+    pub async fn retry_saga(
+        self: &Arc<Self>,
+        id: TxId,
+        request: RetryRequest,
+    ) -> Result<RetryResponse, OperatorError> {
+        let operator = request
+            .operator
+            .unwrap_or_else(|| "unnamed operator".to_string());
+        let reason = request.reason.unwrap_or_else(|| "retry now".to_string());
+        check_operator(&operator, &reason)?;
+        let _one_at_a_time = self.operator_lock.lock().await;
+        let Some(saga) = self.saga_status(&id) else {
+            return Err(rejected(
+                ErrorCode::NotFound,
+                format!("no saga {id} is known"),
+            ));
+        };
+        if saga.state.is_terminal() {
+            return Err(rejected(
+                ErrorCode::NotPending,
+                format!(
+                    "saga {id} has ended ({}): nothing to retry",
+                    saga.state.as_str()
+                ),
+            ));
+        }
+        let entry = self
+            .log_audit(operator, reason, AuditAction::RetrySaga { id: id.clone() })
+            .await?;
+        let waiting = self.sagas.lock().is_waiting(&id);
+        if waiting {
+            self.apply_saga(crate::saga::engine::SagaEvent::RetryDue {
+                id: id.clone(),
+                now_ms: now_ms(),
+            });
+            self.metrics
+                .operator_retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        info!(%id, seq = entry.seq, waiting, "saga retried now by an operator");
+        Ok(RetryResponse {
+            retried: u64::from(waiting),
+            audit_seq: entry.seq,
+        })
+    }
+
+    /// Marks a `needs_attention` saga as settled by hand (outside twopc). It stays listed, with
+    /// who, why and when; nothing is deleted or compensated.
+    pub async fn resolve_saga_by_hand(
+        self: &Arc<Self>,
+        id: TxId,
+        request: SagaResolveRequest,
+    ) -> Result<protocol::saga::SagaResponse, OperatorError> {
+        check_operator(&request.operator, &request.reason)?;
+        let _one_at_a_time = self.operator_lock.lock().await;
+        let Some(saga) = self.saga_status(&id) else {
+            return Err(rejected(
+                ErrorCode::NotFound,
+                format!("no saga {id} is known"),
+            ));
+        };
+        if let Some(done) = &saga.resolved_by_hand {
+            return Err(rejected(
+                ErrorCode::NotInDoubt,
+                format!(
+                    "saga {id} was settled by hand already, by {} (audit #{})",
+                    done.operator, done.audit_seq
+                ),
+            ));
+        }
+        if saga.state != protocol::saga::SagaState::NeedsAttention {
+            return Err(rejected(
+                ErrorCode::NotInDoubt,
+                format!(
+                    "saga {id} is {}: only a needs_attention saga is settled by hand; the \
+                     coordinator finishes the others itself",
+                    saga.state.as_str()
+                ),
+            ));
+        }
+        let entry = self
+            .log_audit(
+                request.operator,
+                request.reason,
+                AuditAction::ResolveSagaByHand { id: id.clone() },
+            )
+            .await?;
+        info!(%id, seq = entry.seq, operator = %entry.operator, "saga settled by hand");
+        self.saga_status(&id).ok_or_else(|| {
+            rejected(
+                ErrorCode::Internal,
+                format!("saga {id} vanished while it was being settled"),
+            )
         })
     }
 

@@ -85,17 +85,57 @@ impl Core {
     }
 
     pub fn saga_status(&self, id: &TxId) -> Option<SagaResponse> {
-        self.sagas.lock().get(id).map(|saga| saga.view(now_ms()))
+        let mut view = self.sagas.lock().get(id).map(|saga| saga.view(now_ms()))?;
+        view.resolved_by_hand = self.lock_engine().hand_resolution(id);
+        Some(view)
     }
 
+    /// Stuck first, as the engine orders them, except that a `needs_attention` saga settled
+    /// by hand goes after the ones still waiting for an operator.
     pub fn list_sagas(&self, state: Option<SagaState>, limit: usize) -> Vec<SagaResponse> {
-        self.sagas.lock().list(state, limit, now_ms())
+        let mut views = self.sagas.lock().list(state, limit, now_ms());
+        {
+            let engine = self.lock_engine();
+            for view in &mut views {
+                view.resolved_by_hand = engine.hand_resolution(&view.id);
+            }
+        }
+        let (waiting, rest): (Vec<_>, Vec<_>) = views
+            .into_iter()
+            .partition(|v| v.state == SagaState::NeedsAttention && v.resolved_by_hand.is_none());
+        let (settled, rest): (Vec<_>, Vec<_>) = rest
+            .into_iter()
+            .partition(|v| v.state == SagaState::NeedsAttention);
+        let (live, ended): (Vec<_>, Vec<_>) =
+            rest.into_iter().partition(|v| !v.state.is_terminal());
+        waiting
+            .into_iter()
+            .chain(live)
+            .chain(settled)
+            .chain(ended)
+            .collect()
     }
 
     /// `twopc_sagas{state=...}` and `twopc_saga_step_retries_total`, Prometheus text.
     pub fn saga_metrics_text(&self) -> String {
-        let counts = self.sagas.lock().counts();
+        let (counts, failing) = {
+            let engine = self.sagas.lock();
+            (engine.counts(), engine.compensations_failing())
+        };
+        let hand_resolved = self.lock_engine().hand_resolved_count();
         let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP twopc_saga_compensations_failing Steps whose compensation keeps failing \
+             (retried with capped backoff for ever).\n# TYPE twopc_saga_compensations_failing \
+             gauge\ntwopc_saga_compensations_failing {failing}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP twopc_sagas_resolved_by_hand needs_attention sagas an operator settled by \
+             hand.\n# TYPE twopc_sagas_resolved_by_hand gauge\ntwopc_sagas_resolved_by_hand \
+             {hand_resolved}"
+        );
         let _ = writeln!(
             out,
             "# HELP twopc_sagas Sagas in this coordinator's table by state (needs_attention and \

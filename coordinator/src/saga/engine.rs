@@ -347,6 +347,8 @@ impl Saga {
             steps,
             created_at_ms: self.begin.created_at_ms,
             age_ms: until.saturating_sub(self.begin.created_at_ms),
+            // The runtime adds an operator's hand resolution, which the engine does not keep.
+            resolved_by_hand: None,
         }
     }
 }
@@ -442,6 +444,21 @@ impl SagaEngine {
     }
 
     /// How many sagas are in each state (metrics).
+    /// Steps whose compensation keeps failing, over every saga not ended.
+    pub fn compensations_failing(&self) -> u64 {
+        self.sagas
+            .values()
+            .filter(|s| s.ended.is_none())
+            .flat_map(|s| &s.facts)
+            .filter(|f| matches!(f, Fact::CompensationFailing { .. }))
+            .count() as u64
+    }
+
+    /// Whether `id` waits for its backoff timer (so a retry now would start something).
+    pub fn is_waiting(&self, id: &TxId) -> bool {
+        self.sagas.get(id).is_some_and(|s| s.busy == Busy::Waiting)
+    }
+
     pub fn counts(&self) -> BTreeMap<SagaState, u64> {
         let mut counts: BTreeMap<SagaState, u64> =
             SagaState::ALL.into_iter().map(|s| (s, 0)).collect();
