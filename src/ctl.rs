@@ -108,6 +108,11 @@ pub enum CtlCommand {
     },
     /// Leases held now, with holder, token and time left.
     Leases,
+    /// One saga: its steps in the coordinator's log beside what each participant says.
+    Saga { id: String },
+    /// Everything stuck or in doubt: live transactions, what each participant holds in doubt
+    /// (or that it cannot be reached), sagas not ended well, leases.
+    Cluster,
 }
 
 /// A failure with the exit code it means.
@@ -287,6 +292,83 @@ async fn run(args: Args) -> Result<(), Failed> {
             call.print(&answer, |b| {
                 let saga: protocol::saga::SagaResponse = serde_json::from_value(b.clone())?;
                 Ok(sagas_text(&protocol::saga::SagaList { sagas: vec![saga] }))
+            })
+        }
+        CtlCommand::Saga { id } => {
+            let body = call.get(&format!("/v1/sagas/{id}/evidence")).await?;
+            call.print(&body, |b| {
+                let evidence: protocol::operator::SagaEvidence = serde_json::from_value(b.clone())?;
+                let mut out = sagas_text(&protocol::saga::SagaList {
+                    sagas: vec![evidence.saga.clone()],
+                });
+                out.push_str("evidence (each step's action at its participant):\n");
+                for step in &evidence.steps {
+                    let says = match (&step.participant_says, &step.error) {
+                        (Some(status), _) => format!("{status:?}").to_lowercase(),
+                        (None, error) => {
+                            format!("not asked: {}", error.as_deref().unwrap_or("no answer"))
+                        }
+                    };
+                    out.push_str(&format!(
+                        "  {:<16} {:<16} log: {:<22} participant: {says}\n",
+                        step.name,
+                        step.participant.as_str(),
+                        format!("{:?}", step.coordinator_says)
+                    ));
+                }
+                Ok(out)
+            })
+        }
+        CtlCommand::Cluster => {
+            let body = call.get("/v1/cluster").await?;
+            call.print(&body, |b| {
+                let view: protocol::operator::ClusterView = serde_json::from_value(b.clone())?;
+                let mut out = format!(
+                    "coordinator {} epoch {}{}\n{} live transactions ({} shown, oldest first)\n",
+                    view.coordinator_id,
+                    view.epoch,
+                    view.log_behind
+                        .as_deref()
+                        .map(|e| format!(" LOG BEHIND: {e}"))
+                        .unwrap_or_default(),
+                    view.live_total,
+                    view.live.len()
+                );
+                out.push_str(&list_text(&protocol::TransactionList {
+                    transactions: view.live.clone(),
+                    next: None,
+                }));
+                out.push_str("in doubt at participants:\n");
+                for p in &view.participants {
+                    if !p.reachable {
+                        out.push_str(&format!(
+                            "  {:<16} UNREACHABLE: {}\n",
+                            p.name.as_str(),
+                            p.error.as_deref().unwrap_or("")
+                        ));
+                    }
+                    for d in &p.in_doubt {
+                        out.push_str(&format!(
+                            "  {:<16} {} ({}) from {} epoch {}, {} s{}\n",
+                            p.name.as_str(),
+                            d.txid,
+                            d.gtid,
+                            d.coordinator_id,
+                            d.epoch,
+                            d.age_ms / 1000,
+                            d.last_answer
+                                .as_deref()
+                                .map(|a| format!(", last answer: {a}"))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
+                out.push_str("sagas not ended well:\n");
+                out.push_str(&sagas_text(&protocol::saga::SagaList {
+                    sagas: view.sagas.clone(),
+                }));
+                out.push_str(&format!("{} leases held\n", view.leases.len()));
+                Ok(out)
             })
         }
         CtlCommand::Leases => {

@@ -229,3 +229,25 @@ pub const SAGAS_SHOWN: usize = 100;
 
 /// Live transactions the cluster view lists (the oldest: the stuck ones).
 pub const LIVE_SHOWN: usize = 200;
+
+/// One saga step's evidence: the coordinator's status and what its participant says of the
+/// step's action (`GET {base}/saga/ops/{op_id}`: done, failed, compensated, not_found).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SagaStepEvidence {
+    pub name: String,
+    pub participant: ParticipantName,
+    pub op_id: String,
+    pub coordinator_says: crate::saga::StepStatus,
+    /// `None` when the participant could not be asked (`error` says why).
+    pub participant_says: Option<crate::saga::OpStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `GET /v1/sagas/{id}/evidence`: the saga as the coordinator's log has it, and each step's
+/// action as its participant reports it, asked now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SagaEvidence {
+    pub saga: crate::saga::SagaResponse,
+    pub steps: Vec<SagaStepEvidence>,
+}

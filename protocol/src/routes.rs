@@ -22,6 +22,7 @@ pub const SAGA: &str = "/v1/sagas/{id}";
 /// Coordinator, operators: try a waiting saga now; settle a needs_attention saga by hand.
 pub const SAGA_RETRY: &str = "/v1/sagas/{id}/retry";
 pub const SAGA_RESOLVE: &str = "/v1/sagas/{id}/resolve";
+pub const SAGA_EVIDENCE: &str = "/v1/sagas/{id}/evidence";
 
 /// Participant saga routes, relative to the participant's base URL.
 pub const SAGA_ACTION: &str = "/saga/action";

@@ -46,6 +46,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::CLUSTER),
     ("post", routes::SAGA_RETRY),
     ("post", routes::SAGA_RESOLVE),
+    ("get", routes::SAGA_EVIDENCE),
     ("get", routes::UI),
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
@@ -102,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::CLUSTER, get(operator::cluster))
         .route(routes::SAGA_RETRY, post(operator::retry_saga))
         .route(routes::SAGA_RESOLVE, post(operator::resolve_saga))
+        .route(routes::SAGA_EVIDENCE, get(operator::saga_evidence))
         .route(routes::UI, get(operator::ui))
         .route(routes::SAGAS, get(sagas::list).post(sagas::create))
         .route(routes::SAGA, get(sagas::status))

@@ -130,6 +130,25 @@ pub async fn retry_participant(
     retry(prepared).await
 }
 
+/// `GET /v1/sagas/{id}/evidence`.
+pub async fn saga_evidence(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        Ok::<_, ApiError>((core, txid(path)?))
+    })();
+    let (core, id) = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match core.saga_evidence(id).await {
+        Ok(evidence) => Json(evidence).into_response(),
+        Err(e) => operator_error(e),
+    }
+}
+
 /// `POST /v1/sagas/{id}/retry`.
 pub async fn retry_saga(
     State(state): State<AppState>,

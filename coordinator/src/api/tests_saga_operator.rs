@@ -37,7 +37,11 @@ async fn participant(down: Arc<AtomicBool>) -> String {
         )
         .route(
             "/saga/ops/{op_id}",
-            get(|| async { axum::Json(json!({"status": "not_found"})) }),
+            get(
+                |axum::extract::Path(op_id): axum::extract::Path<String>| async move {
+                    axum::Json(json!({"op_id": op_id, "status": "not_found"}))
+                },
+            ),
         )
         .with_state(down);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -223,6 +227,22 @@ async fn a_failing_compensation_is_retried_now_and_a_pivot_failure_is_settled_by
             .contains("twopc_sagas_resolved_by_hand 1"),
         "{metrics}"
     );
+
+    // The evidence: the coordinator's step statuses beside what the participant says.
+    let (status, evidence) = call(&app, "GET", "/v1/sagas/s-pivot-2/evidence", None).await;
+    assert_eq!(status, StatusCode::OK, "{evidence}");
+    assert_eq!(evidence["saga"]["state"], "needs_attention");
+    assert_eq!(
+        evidence["steps"][0]["coordinator_says"], "succeeded",
+        "{evidence}"
+    );
+    assert_eq!(evidence["steps"][0]["op_id"], "s-pivot-2:email:action");
+    assert_eq!(
+        evidence["steps"][0]["participant_says"], "not_found",
+        "the scripted participant keeps no ops: {evidence}"
+    );
+    let (status, _) = call(&app, "GET", "/v1/sagas/nobody/evidence", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Audited, and kept across a restart (with a checkpoint).
     let (_, audit) = call(&app, "GET", "/v1/audit", None).await;

@@ -370,6 +370,54 @@ impl Core {
         })
     }
 
+    /// The saga's evidence: its status, and each step's action as its participant reports it
+    /// (`GET {base}/saga/ops/{op_id}`), asked now.
+    pub async fn saga_evidence(
+        self: &Arc<Self>,
+        id: TxId,
+    ) -> Result<protocol::operator::SagaEvidence, OperatorError> {
+        let Some(saga) = self.saga_status(&id) else {
+            return Err(rejected(
+                ErrorCode::NotFound,
+                format!("no saga {id} is known"),
+            ));
+        };
+        let mut steps = Vec::with_capacity(saga.steps.len());
+        for step in &saga.steps {
+            let op_id = protocol::saga::op_id(&id, &step.name, protocol::saga::OpKind::Action);
+            let (says, error) = match self.participants.get(&step.participant) {
+                None => (
+                    None,
+                    Some("not in this coordinator's configuration".to_string()),
+                ),
+                Some(endpoint) => {
+                    let path = routes::SAGA_OP.replace("{op_id}", &op_id);
+                    match endpoint.get(&path, EVIDENCE_TIMEOUT).await {
+                        Ok(answer) if answer.status == 200 => {
+                            match serde_json::from_slice::<protocol::saga::OpStatusResponse>(
+                                &answer.body,
+                            ) {
+                                Ok(status) => (Some(status.status), None),
+                                Err(e) => (None, Some(format!("malformed answer: {e}"))),
+                            }
+                        }
+                        Ok(answer) => (None, Some(format!("HTTP {}", answer.status))),
+                        Err(e) => (None, Some(e.to_string())),
+                    }
+                }
+            };
+            steps.push(protocol::operator::SagaStepEvidence {
+                name: step.name.clone(),
+                participant: step.participant.clone(),
+                op_id,
+                coordinator_says: step.status,
+                participant_says: says,
+                error,
+            });
+        }
+        Ok(protocol::operator::SagaEvidence { saga, steps })
+    }
+
     /// The audit trail, newest first.
     pub fn audit(&self, limit: usize, before: Option<u64>) -> Vec<AuditEntry> {
         self.lock_engine().audit(limit, before)
