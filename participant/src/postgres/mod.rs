@@ -10,6 +10,7 @@
 //! TRANSACTION` returned, and never run SQL a request handed it.
 
 pub mod backend;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod gid;
