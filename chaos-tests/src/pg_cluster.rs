@@ -13,13 +13,15 @@ use serde_json::json;
 
 /// The accounts table every transfer test and bench uses.
 pub const ACCOUNTS_SQL: &str = "CREATE TABLE accounts (id text PRIMARY KEY, \
-    balance bigint NOT NULL CHECK (balance >= 0))";
+    balance bigint NOT NULL CHECK (balance >= 0)); \
+    CREATE TABLE transfers (id text PRIMARY KEY)";
 
 /// The statements file of the transfer workload.
 pub const TRANSFER_STATEMENTS: &str = r#"{
   "debit": {"sql": "UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND balance >= $2", "expect_rows": 1},
   "credit": {"sql": "UPDATE accounts SET balance = balance + $2 WHERE id = $1", "expect_rows": 1},
-  "set_balance": {"sql": "UPDATE accounts SET balance = $2 WHERE id = $1", "expect_rows": 1}
+  "set_balance": {"sql": "UPDATE accounts SET balance = $2 WHERE id = $1", "expect_rows": 1},
+  "record": {"sql": "INSERT INTO transfers (id) VALUES ($1)", "expect_rows": 1}
 }"#;
 
 /// How long a started process may take to become ready.

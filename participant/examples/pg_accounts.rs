@@ -28,8 +28,8 @@ impl PgWork for Accounts {
     /// outcome row and sends `PREPARE TRANSACTION`. A database error (`?`) votes no with the
     /// database's message; `WorkRefusal::No` votes no with ours; `Invalid` is a 422.
     async fn work(&self, client: &Client, payload: &Value) -> Result<(), WorkRefusal> {
-        let change = Change::deserialize(payload)
-            .map_err(|e| WorkRefusal::Invalid(e.to_string()))?;
+        let change =
+            Change::deserialize(payload).map_err(|e| WorkRefusal::Invalid(e.to_string()))?;
         let row = client
             .query_opt(
                 "UPDATE accounts SET balance = balance + $2 WHERE id = $1 RETURNING balance",
@@ -50,7 +50,9 @@ impl PgWork for Accounts {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().ok_or("usage: pg_accounts POSTGRES_URL LISTEN_ADDR")?;
+    let url = args
+        .next()
+        .ok_or("usage: pg_accounts POSTGRES_URL LISTEN_ADDR")?;
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:7201".into());
     let mut config = PgConfig::new(url, "accounts");
     config.coordinator_url = Some("http://127.0.0.1:7000".into());
