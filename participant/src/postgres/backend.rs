@@ -18,6 +18,7 @@ use tokio_postgres::error::SqlState;
 use super::config::PgConfig;
 use super::error::{PgError, describe};
 use super::gid::{Gid, GidPrefix};
+use super::policy::{self, AbortMissing, CommitMissing, Fence, Known, Recorded};
 use super::pool::Pool;
 use super::schema;
 use super::work::{PgWork, WorkRefusal};
@@ -202,8 +203,8 @@ impl<W: PgWork> PgParticipant<W> {
             .unwrap_or_else(|p| p.into_inner())
             .get(coordinator_id)
             .copied();
-        match highest {
-            Some(highest) if epoch < highest => {
+        match policy::fence(highest, epoch) {
+            Fence::Stale { highest } => {
                 return Err(Rejection::StaleEpoch {
                     coordinator_id: protocol::CoordinatorId::new(coordinator_id)
                         .map_err(|e| Rejection::InvalidPayload(e.to_string()))?,
@@ -212,8 +213,8 @@ impl<W: PgWork> PgParticipant<W> {
                 }
                 .into());
             }
-            Some(highest) if epoch == highest => return Ok(()),
-            _ => {}
+            Fence::Current => return Ok(()),
+            Fence::Raise => {}
         }
         let session = self.inner.pool.get().await?;
         let stored = i64::try_from(epoch).unwrap_or(i64::MAX);
@@ -302,14 +303,21 @@ impl<W: PgWork> PgParticipant<W> {
             )
             .await
             .map_err(|e| PgError::db("looking up the attempt", e))?;
-        match known.first().map(|row| row.get::<_, String>(0)).as_deref() {
-            Some("committed") | Some("prepared") => return Ok(Vote::Yes),
-            Some(_) => {
+        let mut recorded = None;
+        let mut prepared_now = false;
+        for row in &known {
+            let what: String = row.get(0);
+            prepared_now |= what == "prepared";
+            recorded = recorded.or(Recorded::parse(&what));
+        }
+        match policy::known(recorded, prepared_now) {
+            Known::VoteYes => return Ok(Vote::Yes),
+            Known::VoteNo => {
                 return Ok(Vote::No {
                     reason: format!("{} was aborted before it was prepared", request.gtid),
                 });
             }
-            None => {}
+            Known::Run => {}
         }
         // The intent can commit asynchronously: PREPARE TRANSACTION below flushes the WAL
         // through its own record, so the intent is durable before any yes.
@@ -411,19 +419,15 @@ impl<W: PgWork> PgParticipant<W> {
                 Ok(())
             }
             Err(error) if error.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
-                match outcome(client, gid).await?.as_deref() {
-                    Some("committed") => Ok(()),
-                    Some(_) => Err(PgRequestError::Contradiction(format!(
+                match policy::commit_missing(outcome(client, gid).await?) {
+                    CommitMissing::AlreadyCommitted => Ok(()),
+                    CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
                         "{gid} was aborted here; it cannot commit"
                     ))),
-                    None => Err(Rejection::NotPrepared {
-                        gtid: protocol::GlobalTxId::new(
-                            self.inner.prefix.gtid_of(gid.as_str()).map_or_else(
-                                || gid.as_str().to_string(),
-                                |g| g.as_str().to_string(),
-                            ),
-                        )
-                        .map_err(|e| Rejection::InvalidPayload(e.to_string()))?,
+                    CommitMissing::NeverPrepared => Err(Rejection::NotPrepared {
+                        gtid: self.inner.prefix.gtid_of(gid.as_str()).ok_or_else(|| {
+                            Rejection::InvalidPayload(format!("{gid} has another prefix"))
+                        })?,
                         why: "was never prepared here (no prepared transaction and no \
                               outcome row in PostgreSQL)"
                             .into(),
@@ -475,7 +479,7 @@ impl<W: PgWork> PgParticipant<W> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(gid.as_str());
-            if running {
+            if policy::abort_missing(running) == AbortMissing::WaitForPrepare {
                 // Its prepare is still running here: roll it back once it is prepared (or
                 // find it voted no).
                 drop(session);
@@ -498,15 +502,13 @@ impl<W: PgWork> PgParticipant<W> {
                 )
                 .await
                 .map_err(|e| PgError::db("recording the abort", e))?;
-            return match outcome(client, gid).await?.as_deref() {
-                Some("committed") => Err(PgRequestError::Contradiction(format!(
+            if !policy::abort_acked(outcome(client, gid).await?) {
+                return Err(PgRequestError::Contradiction(format!(
                     "{gid} was committed here; it cannot abort"
-                ))),
-                _ => {
-                    self.forget(client, gid).await;
-                    Ok(())
-                }
-            };
+                )));
+            }
+            self.forget(client, gid).await;
+            return Ok(());
         }
     }
 
@@ -533,7 +535,7 @@ impl<W: PgWork> PgParticipant<W> {
 async fn outcome(
     client: &tokio_postgres::Client,
     gid: &Gid,
-) -> Result<Option<String>, PgRequestError> {
+) -> Result<Option<Recorded>, PgRequestError> {
     let row = client
         .query_opt(
             "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1",
@@ -541,7 +543,7 @@ async fn outcome(
         )
         .await
         .map_err(|e| PgError::db("reading the outcome row", e))?;
-    Ok(row.map(|row| row.get(0)))
+    Ok(row.and_then(|row| Recorded::parse(row.get(0))))
 }
 
 /// Why `PREPARE TRANSACTION` (or the outcome row before it) failed, as a no vote.

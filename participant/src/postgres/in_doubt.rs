@@ -12,14 +12,15 @@ use std::time::{Duration, Instant};
 
 use protocol::kv::PreparedEntry;
 use protocol::{
-    CoordinatorId, DecisionQuery, DecisionQueryResponse, DecisionStatus, Epoch, GlobalTxId,
-    Incarnation, TxId, routes,
+    CoordinatorId, Decision, DecisionQuery, DecisionQueryResponse, Epoch, GlobalTxId, Incarnation,
+    TxId, routes,
 };
 use serde::{Deserialize, Serialize};
 
 use super::backend::PgParticipant;
 use super::error::PgError;
 use super::gid::Gid;
+use super::policy;
 use super::work::PgWork;
 
 /// One prepared transaction of this participant in `GET /v1/prepared`: the KV participant's
@@ -182,17 +183,13 @@ impl<W: PgWork> PgParticipant<W> {
             .unwrap_or_else(|p| p.into_inner())
             .insert(prepared.gid.clone(), described);
         // Obey only the coordinator that prepared it, at no lower epoch than it held then.
-        if answer.coordinator_id.as_ref() != Some(&entry.coordinator_id)
-            || answer.epoch.is_none_or(|epoch| epoch < entry.epoch)
-        {
-            tracing::warn!(%gid, ?answer, "decision answer from another coordinator or an \
-                older epoch; ignored");
-            return;
-        }
-        let done = match answer.decision {
-            DecisionStatus::Commit => self.commit_gid(&gid).await,
-            DecisionStatus::Abort => self.abort_gid(&gid).await,
-            DecisionStatus::Pending | DecisionStatus::Unknown => return,
+        let done = match policy::obey(&answer, &entry.coordinator_id, entry.epoch) {
+            Some(Decision::Commit) => self.commit_gid(&gid).await,
+            Some(Decision::Abort) => self.abort_gid(&gid).await,
+            None => {
+                tracing::debug!(%gid, ?answer, "no decision to carry out; staying prepared");
+                return;
+            }
         };
         match done {
             Ok(()) => {

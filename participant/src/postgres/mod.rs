@@ -16,6 +16,7 @@ pub mod error;
 pub mod gid;
 mod http;
 pub mod in_doubt;
+pub mod policy;
 mod pool;
 mod schema;
 pub mod statements;
