@@ -41,20 +41,28 @@ impl PgServer {
     /// The server of `TWOPC_POSTGRES_URL`, else a new throwaway cluster. Panics with
     /// [`INSTALL_HINT`] when neither is possible.
     pub fn get() -> PgServer {
+        Self::find().unwrap_or_else(|e| panic!("{INSTALL_HINT}\n({e})"))
+    }
+
+    /// [`PgServer::get`] without the panic (for `twopc bench --backend postgres`).
+    pub fn find() -> Result<PgServer, String> {
         if let Ok(url) = std::env::var(URL_ENV)
             && !url.is_empty()
         {
             let base = match url.rfind('/') {
                 Some(slash) if slash > "postgres://".len() => url[..=slash].to_string(),
-                _ => panic!("{URL_ENV}={url:?} is not postgres://user@host:port/db"),
+                _ => {
+                    return Err(format!(
+                        "{URL_ENV}={url:?} is not postgres://user@host:port/db"
+                    ));
+                }
             };
-            return PgServer {
+            return Ok(PgServer {
                 base,
                 cluster: None,
-            };
+            });
         }
-        Self::throwaway(&[("max_prepared_transactions", "64")])
-            .unwrap_or_else(|e| panic!("{INSTALL_HINT}\n({e})"))
+        Self::throwaway(&[("max_prepared_transactions", "128")])
     }
 
     /// A cluster of this test's own (for restarting it or for unusual settings).

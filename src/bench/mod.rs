@@ -7,6 +7,7 @@
 mod disk;
 pub mod floor;
 mod load;
+mod postgres;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +50,11 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// `postgres`: 2-database transfers through PostgreSQL participants against two plain
+    /// local transactions (docs/benchmarks.md); uses TWOPC_POSTGRES_URL or a throwaway cluster.
+    /// Reads --concurrency (default here 1,16,64), --seconds and --json only.
+    #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
+    pub backend: String,
     /// Measure an already running cluster: its coordinator URL (participants named by
     /// --target-participant; no baseline, since its durability cannot be switched off).
     #[arg(long, requires = "target_participant")]
@@ -83,6 +89,15 @@ pub struct Cell {
 }
 
 pub fn main(args: Args) -> ExitCode {
+    if args.backend == "postgres" {
+        let default = args.concurrency == [1, 16, 64, 256];
+        let concurrency = if default {
+            vec![1, 16, 64]
+        } else {
+            args.concurrency.clone()
+        };
+        return postgres::main(&concurrency, args.seconds, args.json);
+    }
     crate::async_main::block_on("bench", async {
         run(args).await.map(|()| ExitCode::SUCCESS)
     })
