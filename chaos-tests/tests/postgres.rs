@@ -310,3 +310,78 @@ fn get_text(url: &str) -> (u16, String) {
     let path = &url[url.find(&format!("{addr}")).unwrap() + format!("{addr}").len()..];
     chaos_tests::node::http_get(addr, path).unwrap_or((0, String::new()))
 }
+
+/// A prepare cancelled half-way (its HTTP request dropped while its UPDATE waits for a row
+/// lock) must not leave its open transaction on a pooled session: the next prepare on that
+/// session would run inside it and prepare the cancelled work under its own gid.
+#[test]
+fn a_cancelled_prepare_leaves_no_open_transaction_behind() {
+    use participant::postgres::{PgConfig, PgParticipant, Statements};
+    use protocol::PrepareRequest;
+    let server = PgServer::get();
+    let db = server.create_database("cancel");
+    seed_accounts(&db, 2, 100);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut config = PgConfig::new(db.clone(), "bank");
+        config.connections = 1;
+        let specs = Statements::parse_file(chaos_tests::pg_cluster::TRANSFER_STATEMENTS.as_bytes())
+            .unwrap();
+        let (client, connection) = tokio_postgres_connect(&db).await;
+        let handle = tokio::spawn(connection);
+        let statements = Statements::check(&client, specs).await.unwrap();
+        drop(client);
+        handle.abort();
+        let participant = PgParticipant::start(config, statements).await.unwrap();
+        let request = |position: u64, account: &str| -> PrepareRequest {
+            serde_json::from_value(prepare_body(
+                position,
+                json!([{"statement": "debit", "params": [account, 10]}]),
+            ))
+            .unwrap()
+        };
+        // 1 holds a0's row lock, prepared.
+        assert_eq!(
+            participant.prepare(request(1, "a0")).await.unwrap(),
+            protocol::Vote::Yes
+        );
+        // 2 waits for that lock and is cancelled while it waits.
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(300),
+            participant.prepare(request(2, "a0")),
+        )
+        .await;
+        assert!(
+            cancelled.is_err(),
+            "the second prepare should still be waiting: {cancelled:?}"
+        );
+        // 3, on the pool's only session slot, prepares alone and commits alone.
+        assert_eq!(
+            participant.prepare(request(3, "a1")).await.unwrap(),
+            protocol::Vote::Yes
+        );
+        let decision = |position: u64| -> protocol::DecisionRequest {
+            serde_json::from_value(decision_body(position, 2)).unwrap()
+        };
+        participant.commit(decision(3)).await.unwrap();
+        participant.abort(decision(1)).await.unwrap();
+    });
+    assert_eq!(
+        balance(&db, "a0"),
+        100,
+        "the cancelled debit of a0 was applied"
+    );
+    assert_eq!(balance(&db, "a1"), 90);
+    assert!(prepared_gids(&db).is_empty());
+}
+
+async fn tokio_postgres_connect(
+    url: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+) {
+    tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap()
+}

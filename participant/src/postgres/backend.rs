@@ -292,7 +292,7 @@ impl<W: PgWork> PgParticipant<W> {
         gid: &Gid,
         request: &PrepareRequest,
     ) -> Result<Vote, PgRequestError> {
-        let session = self.inner.pool.get().await?;
+        let mut session = self.inner.pool.get().await?;
         let client = session.client();
         // Decided already (a late or repeated prepare)?
         let known = client
@@ -323,6 +323,10 @@ impl<W: PgWork> PgParticipant<W> {
         // through its own record, so the intent is durable before any yes.
         let position = i64::try_from(request.position).unwrap_or(i64::MAX);
         let epoch = i64::try_from(request.epoch.0).unwrap_or(i64::MAX);
+        // From here until PREPARE TRANSACTION or ROLLBACK returns, a transaction may be open on
+        // this session: if this future is dropped (the request cancelled), the session closes.
+        session.busy();
+        let client = session.client();
         let intent = async {
             client
                 .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
@@ -371,7 +375,10 @@ impl<W: PgWork> PgParticipant<W> {
                         .await
                 };
                 match prepared.await {
-                    Ok(()) => return Ok(Vote::Yes),
+                    Ok(()) => {
+                        session.idle();
+                        return Ok(Vote::Yes);
+                    }
                     Err(error) => prepare_refusal(&error),
                 }
             }
@@ -387,6 +394,8 @@ impl<W: PgWork> PgParticipant<W> {
             .await;
         if cleaned.is_err() || forgot.is_err() {
             session.discard();
+        } else {
+            session.idle();
         }
         match refusal {
             WorkRefusal::No(reason) => Ok(Vote::No { reason }),

@@ -18,9 +18,13 @@ pub(crate) struct Pool {
     permits: Semaphore,
 }
 
-/// A session taken from the pool; returned when dropped unless marked broken.
+/// A session taken from the pool; returned when dropped unless marked broken, or dropped while
+/// a transaction it began is open (a prepare whose HTTP request was cancelled half-way): the
+/// next user must never find itself inside someone else's transaction, so such a session is
+/// closed, and PostgreSQL rolls its transaction back.
 pub(crate) struct Session<'a> {
     client: Option<Client>,
+    in_transaction: bool,
     pool: &'a Pool,
     _permit: SemaphorePermit<'a>,
 }
@@ -65,6 +69,7 @@ impl Pool {
         };
         Ok(Session {
             client: Some(client),
+            in_transaction: false,
             pool: self,
             _permit: permit,
         })
@@ -94,6 +99,16 @@ impl Session<'_> {
         self.client.as_ref().unwrap_or_else(|| unreachable!())
     }
 
+    /// Marks that a transaction is open (or may be) on this session until [`Session::idle`].
+    pub(crate) fn busy(&mut self) {
+        self.in_transaction = true;
+    }
+
+    /// Marks that no transaction is open any more (prepared, committed or rolled back).
+    pub(crate) fn idle(&mut self) {
+        self.in_transaction = false;
+    }
+
     /// Drops the session instead of returning it (its state is unknown after an error).
     pub(crate) fn discard(mut self) {
         self.client = None;
@@ -104,6 +119,7 @@ impl Drop for Session<'_> {
     fn drop(&mut self) {
         if let Some(client) = self.client.take()
             && !client.is_closed()
+            && !self.in_transaction
         {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.push(client);
