@@ -3,9 +3,11 @@
 //! `TWOPC_POSTGRES_URL` (`postgres://user[:password]@127.0.0.1:port/db`, a role that may
 //! `CREATE DATABASE`) names a running server; `.ci/run` starts one and exports it. Unset, each
 //! [`PgServer::get`] starts a throwaway cluster of its own with `initdb`/`pg_ctl` from
-//! `/usr/lib/postgresql/*/bin` on a loopback port with `max_prepared_transactions` set, stopped
-//! when the handle drops. When neither is possible the test fails with how to install
-//! PostgreSQL: a test that needs a database never passes without one.
+//! `/usr/lib/postgresql/*/bin` (or PATH) on a loopback port with `max_prepared_transactions`
+//! set, stopped when the handle drops. When neither is possible the test fails with how to
+//! install PostgreSQL: a test that needs a database never passes without one. Those tests are
+//! `#[ignore]`d so that `cargo test --workspace` needs no database; `.ci/run` starts one and
+//! runs them with `-- --ignored`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,7 +69,7 @@ impl PgServer {
 
     /// A cluster of this test's own (for restarting it or for unusual settings).
     pub fn throwaway(settings: &[(&str, &str)]) -> Result<PgServer, String> {
-        let bin = server_bin().ok_or("no /usr/lib/postgresql/*/bin/initdb found")?;
+        let bin = server_bin().ok_or("no initdb in /usr/lib/postgresql/*/bin or on PATH")?;
         let dir = tempfile::Builder::new()
             .prefix("twopc-pg-")
             .tempdir()
@@ -150,7 +152,7 @@ impl PgServer {
             fastrand::u32(..1_000_000)
         );
         self.psql("postgres", &format!("CREATE DATABASE {name}"))
-            .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot create database {name}: {e}\n{INSTALL_HINT}"));
         self.url(&name)
     }
 
@@ -194,8 +196,16 @@ impl Drop for PgServer {
     }
 }
 
-/// The newest `/usr/lib/postgresql/<version>/bin` holding initdb.
+/// The newest `/usr/lib/postgresql/<version>/bin` holding initdb (Debian keeps the server
+/// binaries off PATH), else the first directory on PATH holding `initdb`.
 pub fn server_bin() -> Option<PathBuf> {
+    debian_server_bin().or_else(|| {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+    })
+}
+
+fn debian_server_bin() -> Option<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .filter_map(|entry| {

@@ -517,9 +517,12 @@ fn participant_checkpoint_unencodable() {
 
 // PostgreSQL participants (docs/postgres.md): the same crash points' meaning on a participant
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
+// Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with
+// `cargo test -p twopc-chaos-tests --test crash_matrix pg_ -- --ignored`.
 use chaos_tests::pg_cluster as pg;
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_prepare_transaction() {
     let mut rig = pg::rig(
         chaos_tests::postgres::PgServer::get(),
@@ -571,6 +574,7 @@ fn pg_participant_after_prepare_transaction() {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_commit_prepared() {
     let mut rig = pg::rig(
         chaos_tests::postgres::PgServer::get(),

@@ -2,6 +2,8 @@
 //! HTTP, bad input, the setup mistakes people make, and a full prepared-transaction table.
 //! Crash tests are in `postgres_crash.rs`. The server comes from `TWOPC_POSTGRES_URL` or a
 //! throwaway cluster (chaos_tests::postgres); without either these tests fail, never pass.
+//! They are ignored by `cargo test --workspace`; `.ci/run` starts PostgreSQL and runs them with
+//! `-- --ignored`.
 
 use std::time::Duration;
 
@@ -41,6 +43,7 @@ fn balance(url: &str, id: &str) -> i64 {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn the_protocol_maps_onto_prepare_transaction() {
     let server = PgServer::get();
     let db = server.create_database("proto");
@@ -157,6 +160,7 @@ fn the_protocol_maps_onto_prepare_transaction() {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn bad_input_is_refused_before_any_sql() {
     let server = PgServer::get();
     let db = server.create_database("badinput");
@@ -210,6 +214,7 @@ fn bad_input_is_refused_before_any_sql() {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn setup_mistakes_stop_the_start_with_the_reason() {
     let binary = plain_binary();
     let dir = tempfile::tempdir().unwrap();
@@ -268,6 +273,7 @@ fn setup_mistakes_stop_the_start_with_the_reason() {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn a_full_prepared_transaction_table_votes_no_with_the_reason() {
     let server = PgServer::throwaway(&[("max_prepared_transactions", "2")])
         .unwrap_or_else(|e| panic!("{}\n({e})", chaos_tests::postgres::INSTALL_HINT));
@@ -315,6 +321,7 @@ fn get_text(url: &str) -> (u16, String) {
 /// lock) must not leave its open transaction on a pooled session: the next prepare on that
 /// session would run inside it and prepare the cancelled work under its own gid.
 #[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn a_cancelled_prepare_leaves_no_open_transaction_behind() {
     use participant::postgres::{PgConfig, PgParticipant, Statements};
     use protocol::PrepareRequest;
