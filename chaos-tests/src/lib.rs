@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod disk_faults;
 pub mod node;
 pub mod oracle;
+pub mod pg_checkout;
 pub mod pg_cluster;
 pub mod ports;
 pub mod postgres;

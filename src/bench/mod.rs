@@ -123,6 +123,7 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
         binary: std::env::current_exe().context("cannot find the twopc binary")?,
         data_dir: dir.join(if durable { "durable" } else { "baseline" }),
         participants: names.clone(),
+        postgres_args: Vec::new(),
         seeds: Vec::new(),
         coordinator_flags: off.clone(),
         participant_flags: off,
