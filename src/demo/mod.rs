@@ -1,6 +1,7 @@
 //! `twopc demo`: a local cluster (a coordinator and three checkout participants as child
 //! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
 //! audit of every invariant at the end. Exits 0 only if every invariant holds.
+//! `--backend postgres` (postgres.rs) runs the same with `payments` in a PostgreSQL database.
 
 mod postgres;
 mod reasons;
