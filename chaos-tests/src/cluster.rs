@@ -45,8 +45,11 @@ pub struct ClusterSpec {
     /// The `twopc` binary (the running one for the demo; the failpoints build for scenarios).
     pub binary: PathBuf,
     pub data_dir: PathBuf,
-    /// Participant names; each gets a reference KV participant.
+    /// Participant names; each gets a reference KV participant unless `postgres_args` names it.
     pub participants: Vec<String>,
+    /// Participants started with `--backend postgres` and these flags (`--postgres-url`,
+    /// `--statements`, ...) instead of a data directory and seed file, by name.
+    pub postgres_args: Vec<(String, Vec<String>)>,
     /// Seed file contents by participant name (applied on a participant's first start).
     pub seeds: Vec<(String, serde_json::Value)>,
     /// Extra flags for every process (for example durability off in a bench baseline).
@@ -64,6 +67,7 @@ impl ClusterSpec {
             binary: binary.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             participants: [INVENTORY, PAYMENTS, SHIPPING].map(String::from).to_vec(),
+            postgres_args: Vec::new(),
             seeds: config
                 .seeds()
                 .into_iter()
@@ -155,16 +159,29 @@ impl LocalCluster {
                 name.clone(),
                 "--listen".into(),
                 addr.to_string(),
-                "--data-dir".into(),
-                path_arg(&spec.data_dir.join(name)),
                 "--coordinator".into(),
                 coordinator_url_of(name).unwrap_or_else(|| coordinator_url.clone()),
             ];
-            if let Some((_, seed)) = spec.seeds.iter().find(|(n, _)| n == name) {
-                let seed_path = seed_dir.join(format!("{name}.json"));
-                let bytes = serde_json::to_vec_pretty(seed).unwrap_or_default();
-                std::fs::write(&seed_path, bytes).map_err(files(&seed_path))?;
-                args.extend(["--seed".to_string(), path_arg(&seed_path)]);
+            let postgres = spec.postgres_args.iter().find(|(n, _)| n == name);
+            let seed = spec.seeds.iter().find(|(n, _)| n == name);
+            match (postgres, seed) {
+                // Its data is PostgreSQL's: the caller seeds it with SQL.
+                (Some((_, flags)), _) => {
+                    args.extend(["--backend".to_string(), "postgres".into()]);
+                    args.extend(flags.iter().cloned());
+                }
+                (None, seed) => {
+                    args.extend([
+                        "--data-dir".to_string(),
+                        path_arg(&spec.data_dir.join(name)),
+                    ]);
+                    if let Some((_, seed)) = seed {
+                        let seed_path = seed_dir.join(format!("{name}.json"));
+                        let bytes = serde_json::to_vec_pretty(seed).unwrap_or_default();
+                        std::fs::write(&seed_path, bytes).map_err(files(&seed_path))?;
+                        args.extend(["--seed".to_string(), path_arg(&seed_path)]);
+                    }
+                }
             }
             args.extend(spec.participant_flags.iter().cloned());
             let node = Node::start(NodeSpec {

@@ -26,6 +26,9 @@ pub struct WorkloadOptions {
     pub retry_window: Duration,
     /// Orders in flight at once.
     pub concurrency: usize,
+    /// The `POST /v1/transactions` body of an order with a prepare timeout (ms): the KV
+    /// checkout's [`Order::request`] unless a participant speaks another payload (PostgreSQL).
+    pub body_of: fn(&Order, u64) -> serde_json::Value,
 }
 
 impl WorkloadOptions {
@@ -36,6 +39,7 @@ impl WorkloadOptions {
             request_timeout: Duration::from_secs(20),
             retry_window: Duration::from_secs(60),
             concurrency: 4,
+            body_of: Order::request,
         }
     }
 }
@@ -111,7 +115,7 @@ async fn send_until_answered(
     order: Order,
 ) -> OrderResult {
     let url = format!("{}/v1/transactions", options.coordinator_url);
-    let body = order.request(options.prepare_timeout_ms);
+    let body = (options.body_of)(&order, options.prepare_timeout_ms);
     let started = Instant::now();
     let deadline = started + options.retry_window;
     let mut attempts = 0;

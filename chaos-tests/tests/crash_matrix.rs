@@ -756,3 +756,92 @@ async fn participant_after_fenced_write_logged() {
         "{stale}"
     );
 }
+
+// PostgreSQL participants (docs/postgres.md): the same crash points' meaning on a participant
+// whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
+// Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with
+// `cargo test -p twopc-chaos-tests --test crash_matrix pg_ -- --ignored`.
+use chaos_tests::pg_cluster as pg;
+
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn pg_participant_after_prepare_transaction() {
+    let mut rig = pg::rig(
+        chaos_tests::postgres::PgServer::get(),
+        Some(("bank_a", "participant::pg_after_prepare_transaction")),
+    );
+    let (status, heard) = rig.submit("pg-kill-prepared");
+    assert_eq!(status, 200, "{heard}");
+    assert_eq!(heard["outcome"], "aborted", "{heard}");
+    assert!(
+        rig.a.wait_exit(pg::SETTLE).is_some(),
+        "bank_a did not reach its crash point"
+    );
+    // In doubt in PostgreSQL, its row lock held, while nobody resolves it.
+    rig.coordinator.kill();
+    assert_eq!(pg::prepared_gids(&rig.db_a).len(), 1, "{}", rig.logs());
+    let locked = chaos_tests::postgres::psql_url(
+        &rig.db_a,
+        "SELECT 1 FROM accounts WHERE id = 'a0' FOR UPDATE NOWAIT",
+    );
+    assert!(locked.is_err_and(|e| e.contains("could not obtain lock")));
+    // Restarted with the coordinator down: it asks, gets no answer, and decides nothing alone.
+    rig.a.set_env(Vec::new());
+    rig.a.restart();
+    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    assert!(pg::eventually(pg::SETTLE, || pg::metric(
+        &rig.a,
+        "twopc_pg_decision_queries_total"
+    ) >= 2.0));
+    assert_eq!(
+        pg::prepared_gids(&rig.db_a).len(),
+        1,
+        "resolved without the coordinator"
+    );
+    let (_, listed) = pg::get(&format!("{}/v1/prepared", rig.a.url()));
+    assert_eq!(
+        listed["prepared"][0]["txid"], "pg-kill-prepared",
+        "{listed}"
+    );
+    // The coordinator comes back: the answer is abort, the prepared transaction rolls back.
+    rig.coordinator.restart();
+    rig.coordinator.wait_ready(pg::READY_TIMEOUT).unwrap();
+    assert!(
+        pg::eventually(pg::SETTLE, || rig.settled()),
+        "{}",
+        rig.logs()
+    );
+    assert_eq!(rig.balances(), (100, 100));
+    rig.conserved();
+}
+
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn pg_participant_after_commit_prepared() {
+    let mut rig = pg::rig(
+        chaos_tests::postgres::PgServer::get(),
+        Some(("bank_a", "participant::pg_after_commit_prepared")),
+    );
+    let (status, heard) = rig.submit("pg-kill-committed");
+    assert_eq!(status, 200, "{heard}");
+    assert_eq!(heard["outcome"], "committed", "{heard}");
+    assert!(
+        rig.a.wait_exit(pg::SETTLE).is_some(),
+        "bank_a did not reach its crash point"
+    );
+    assert!(!rig.all_acked("pg-kill-committed"));
+    // Committed in PostgreSQL although never acked; the resend after the restart is acked
+    // from the outcome row and applies nothing again.
+    assert!(pg::prepared_gids(&rig.db_a).is_empty());
+    rig.a.set_env(Vec::new());
+    rig.a.restart();
+    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    assert!(
+        pg::eventually(pg::SETTLE, || rig.all_acked("pg-kill-committed")),
+        "{}",
+        rig.logs()
+    );
+    assert!(pg::eventually(pg::SETTLE, || rig.settled()));
+    assert_eq!(rig.balances(), (90, 110));
+    rig.conserved();
+}

@@ -27,9 +27,15 @@ pub struct Args {
     /// Address to serve HTTP on, e.g. 127.0.0.1:7001.
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Data directory: holds LOCK and the log (wal/). Created if absent.
+    /// Data directory: holds LOCK and the log (wal/). Created if absent. Required by the kv
+    /// backend; the postgres backend keeps its state in PostgreSQL.
     #[arg(long)]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    /// What holds the data: the reference key-value store, or a PostgreSQL database.
+    #[arg(long, value_enum, default_value_t = Backend::Kv)]
+    pub backend: Backend,
+    #[command(flatten)]
+    pub postgres: crate::postgres::cli::PgArgs,
     /// JSON object of initial keys (`{"stock:sku-1": 100}`), applied only on the first start.
     #[arg(long)]
     pub seed: Option<PathBuf>,
@@ -74,8 +80,18 @@ pub struct Args {
     pub unsafe_no_fsync: bool,
 }
 
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Kv,
+    Postgres,
+}
+
 impl Args {
     fn config(&self) -> Result<ParticipantConfig, String> {
+        let Some(data_dir) = &self.data_dir else {
+            return Err("--data-dir is required with --backend kv".into());
+        };
         if let Some(url) = &self.coordinator
             && !url.starts_with("http://")
         {
@@ -100,7 +116,7 @@ impl Args {
                     .into(),
             );
         }
-        let mut config = ParticipantConfig::new(&self.data_dir);
+        let mut config = ParticipantConfig::new(data_dir);
         config.coordinator_url = self.coordinator.clone();
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
         config.engine.decision_backoff_base_ms = self.decision_backoff_base_ms;
@@ -124,6 +140,9 @@ impl Args {
 /// Runs the service; returns the process exit code (0 clean shutdown, 1 runtime failure,
 /// 2 bad configuration, 3 data directory locked, 4 corrupt log).
 pub fn main(args: Args) -> ExitCode {
+    if args.backend == Backend::Postgres {
+        return crate::postgres::cli::main(&args);
+    }
     let config = match args.config() {
         Ok(config) => config,
         Err(message) => {
@@ -214,7 +233,7 @@ async fn serve(
     ExitCode::SUCCESS
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

@@ -22,6 +22,7 @@ pub mod kv;
 mod locks;
 mod metrics;
 pub mod open;
+pub mod postgres;
 pub mod record;
 mod rejection;
 mod resolver;

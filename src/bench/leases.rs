@@ -71,6 +71,7 @@ fn start(dir: &std::path::Path, durable: bool) -> Result<LocalCluster> {
         coordinator_flags: off.clone(),
         participant_flags: off,
         env: Vec::new(),
+        postgres_args: Vec::new(),
     };
     Ok(LocalCluster::start(&spec)?)
 }

@@ -9,6 +9,7 @@ mod disk;
 pub mod floor;
 mod leases;
 mod load;
+mod postgres;
 mod sagas;
 
 use std::process::ExitCode;
@@ -60,6 +61,11 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// `postgres`: 2-database transfers through PostgreSQL participants against two plain
+    /// local transactions (docs/benchmarks.md); uses TWOPC_POSTGRES_URL or a throwaway cluster.
+    /// Reads --concurrency (default here 1,16,64), --seconds and --json only.
+    #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
+    pub backend: String,
     /// Measure an already running cluster: its coordinator URL (participants named by
     /// --target-participant; no baseline, since its durability cannot be switched off).
     #[arg(long, requires = "target_participant")]
@@ -98,6 +104,15 @@ pub struct Cell {
 }
 
 pub fn main(args: Args) -> ExitCode {
+    if args.backend == "postgres" {
+        let default = args.concurrency == [1, 16, 64, 256];
+        let concurrency = if default {
+            vec![1, 16, 64]
+        } else {
+            args.concurrency.clone()
+        };
+        return postgres::main(&concurrency, args.seconds, args.json);
+    }
     crate::async_main::block_on("bench", async {
         run(args).await.map(|()| ExitCode::SUCCESS)
     })
@@ -123,6 +138,7 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
         binary: std::env::current_exe().context("cannot find the twopc binary")?,
         data_dir: dir.join(if durable { "durable" } else { "baseline" }),
         participants: names.clone(),
+        postgres_args: Vec::new(),
         seeds: Vec::new(),
         coordinator_flags: off.clone(),
         participant_flags: off,

@@ -91,6 +91,7 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
         coordinator_flags: Vec::new(),
         participant_flags: Vec::new(),
         env: Vec::new(),
+        postgres_args: Vec::new(),
     };
     let mut cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
     let coordinator = cluster.coordinator_url();

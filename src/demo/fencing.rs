@@ -56,6 +56,7 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
         coordinator_flags: Vec::new(),
         participant_flags: Vec::new(),
         env: Vec::new(),
+        postgres_args: Vec::new(),
     };
     let mut cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
     let coordinator = cluster.coordinator_url();

@@ -1,9 +1,11 @@
 //! `twopc demo`: a local cluster (a coordinator and three checkout participants as child
 //! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
 //! audit of every invariant at the end. Exits 0 only if every invariant holds. With
-//! `--fencing` it plays the lease story instead (see `fencing`).
+//! `--fencing` it plays the lease story instead (see `fencing`); `--backend postgres`
+//! (postgres.rs) runs the checkout with `payments` in a PostgreSQL database.
 
 mod fencing;
+mod postgres;
 mod reasons;
 mod report;
 mod sagas;
@@ -17,14 +19,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use chaos_tests::audit::{self, ClusterUrls, RunRecord};
-use chaos_tests::checkout::CheckoutConfig;
+use chaos_tests::audit::{self, AuditReport, ClientOutcome, ClusterUrls, RunRecord};
+use chaos_tests::checkout::{CheckoutConfig, Order};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::metrics_text;
 use crate::target::TargetArgs;
 use chaos_tests::cluster::{ClusterSpec, LocalCluster};
-use chaos_tests::workload::{self, Progress, WorkloadOptions};
+use chaos_tests::workload::{self, OrderResult, Progress, WorkloadOptions};
 use report::{CrashNote, LockStats, Summary};
 
 /// The coordinator's gauge of decisions not yet acknowledged by every participant.
@@ -77,6 +79,11 @@ pub struct Args {
     /// `stale_token` because the next holder already wrote. Exits 0 only if every step holds.
     #[arg(long, conflicts_with_all = ["target_coordinator", "write_seeds", "record", "keep_running"])]
     pub fencing: bool,
+    /// What holds `payments`: `kv` (the reference KV participant; needs nothing) or `postgres`
+    /// (a `--backend postgres` participant over a fresh database on TWOPC_POSTGRES_URL's server
+    /// or a throwaway cluster; docs/postgres.md).
+    #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
+    pub backend: String,
     #[command(flatten)]
     pub target: TargetArgs,
 }
@@ -99,6 +106,9 @@ async fn run(args: Args) -> Result<bool> {
         return fencing::run(&args.data_dir, args.fresh).await;
     }
     let config = CheckoutConfig::default();
+    if args.backend == "postgres" {
+        return postgres::run(&args, &config).await;
+    }
     if let Some(dir) = &args.write_seeds {
         write_seeds(dir, &config)?;
         return Ok(true);
@@ -176,20 +186,84 @@ async fn drive(
     args: &Args,
     config: &CheckoutConfig,
     urls: &ClusterUrls,
-    mut cluster: Option<&mut LocalCluster>,
+    cluster: Option<&mut LocalCluster>,
 ) -> Result<bool> {
+    let client = http_client(args)?;
+    let before = audit::read_totals(&client, urls, config).await?;
+    let ran = run_load(args, config, urls, cluster, &client, Order::request).await?;
+    if let Some(path) = &args.record {
+        let record = RunRecord {
+            config: config.clone(),
+            before,
+            orders: ran.observed(),
+        };
+        std::fs::write(path, serde_json::to_vec(&record)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!("checking invariants against the participants and the coordinator...");
+    let audit = audit::audit(&client, urls, config, before, &ran.observed(), AUDIT_SETTLE).await?;
+    ran.summary(args, &audit).print();
+    Ok(audit.all_ok())
+}
+
+/// How long the audit lets in-doubt transactions resolve before it calls them stuck.
+const AUDIT_SETTLE: Duration = Duration::from_secs(30);
+
+fn http_client(args: &Args) -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(args.concurrency.max(1))
+        .build()?)
+}
+
+/// What a load run produced, for the audit and the summary.
+struct Ran {
+    results: Vec<OrderResult>,
+    elapsed: Duration,
+    crash: Option<CrashNote>,
+    resent: u64,
+    locks: Option<LockStats>,
+}
+
+impl Ran {
+    /// What the client heard for each order.
+    fn observed(&self) -> Vec<(Order, ClientOutcome)> {
+        self.results
+            .iter()
+            .map(|r| (r.order.clone(), r.outcome))
+            .collect()
+    }
+
+    fn summary<'a>(&'a self, args: &Args, audit: &'a AuditReport) -> Summary<'a> {
+        Summary {
+            results: &self.results,
+            elapsed: self.elapsed,
+            concurrency: args.concurrency,
+            crash: self.crash.clone(),
+            resent: self.resent,
+            locks: self.locks.clone(),
+            audit,
+        }
+    }
+}
+
+/// Sends the checkout orders (each order's request body from `body_of`) with a live progress
+/// bar, killing and restarting our own coordinator part way unless `--no-crash`.
+async fn run_load(
+    args: &Args,
+    config: &CheckoutConfig,
+    urls: &ClusterUrls,
+    mut cluster: Option<&mut LocalCluster>,
+    client: &reqwest::Client,
+    body_of: fn(&Order, u64) -> serde_json::Value,
+) -> Result<Ran> {
     let seed = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let run_id = format!("o{}", unix_seconds());
     println!(
         "  {} orders, concurrency {}, seed {seed} (replay with --seed {seed})",
         args.orders, args.concurrency
     );
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(args.concurrency.max(1))
-        .build()?;
-    let before = audit::read_totals(&client, urls, config).await?;
-    let locks_before = LockStats::read(&client, urls).await;
+    let locks_before = LockStats::read(client, urls).await;
 
     let orders = workload::orders(config, &run_id, seed, args.orders);
     let counters = Arc::new(Progress::default());
@@ -198,6 +272,7 @@ async fn drive(
     let options = WorkloadOptions {
         prepare_timeout_ms: args.timeout_ms,
         concurrency: args.concurrency,
+        body_of,
         ..WorkloadOptions::new(&urls.coordinator)
     };
     let load = tokio::spawn(workload::run_orders_with_progress(
@@ -218,57 +293,29 @@ async fn drive(
             && done >= after
             && let Some(cluster) = cluster.as_deref_mut()
         {
-            crash = Some(crash_coordinator(cluster, &client, urls, &progress, done).await?);
+            crash = Some(crash_coordinator(cluster, client, urls, &progress, done).await?);
         }
-        let pending = metric(&client, &urls.coordinator, PENDING_ACKS_METRIC).await;
+        let pending = metric(client, &urls.coordinator, PENDING_ACKS_METRIC).await;
         update_progress(&progress, &counters, started, pending);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let results = load.await.context("the load driver failed")?;
     let elapsed = started.elapsed();
-    // Participants that run elsewhere (or predate lock waits) may expose none: the row then
-    // says so.
-    let locks = match (locks_before, LockStats::read(&client, urls).await) {
+    // Participants that run elsewhere (or predate lock waits, or keep their locks in
+    // PostgreSQL) may expose none: the row then says so.
+    let locks = match (locks_before, LockStats::read(client, urls).await) {
         (Some(before), Some(after)) => Some(after.since(&before)),
         _ => None,
     };
     update_progress(&progress, &counters, started, None);
     progress.finish();
-
-    let observed: Vec<_> = results
-        .iter()
-        .map(|r| (r.order.clone(), r.outcome))
-        .collect();
-    if let Some(path) = &args.record {
-        let record = RunRecord {
-            config: config.clone(),
-            before,
-            orders: observed.clone(),
-        };
-        std::fs::write(path, serde_json::to_vec(&record)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    println!("checking invariants against the participants and the coordinator...");
-    let audit = audit::audit(
-        &client,
-        urls,
-        config,
-        before,
-        &observed,
-        Duration::from_secs(30),
-    )
-    .await?;
-    Summary {
-        results: &results,
+    Ok(Ran {
+        results,
         elapsed,
-        concurrency: args.concurrency,
         crash,
         resent: counters.resent.load(Ordering::Relaxed),
         locks,
-        audit: &audit,
-    }
-    .print();
-    Ok(audit.all_ok())
+    })
 }
 
 async fn crash_coordinator(

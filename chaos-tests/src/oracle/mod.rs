@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkout::{CheckoutConfig, INVENTORY, Order, PAYMENTS, SHIPPING};
 
-pub use read::{ReadError, observe, read_totals, wait_no_prepared};
+pub use read::{
+    PaymentsLedger, ReadError, observe, observe_settled, read_sold, read_totals, wait_no_prepared,
+};
 
 /// What the client heard for one order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

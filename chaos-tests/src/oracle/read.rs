@@ -8,7 +8,9 @@ use protocol::TransactionStatus;
 use protocol::kv::{KvEntry, PreparedList};
 use serde::Deserialize;
 
-use crate::checkout::{CheckoutConfig, Order, balance_key, sold_key, spent_key, stock_key};
+use crate::checkout::{
+    CheckoutConfig, Order, balance_key, payment_key, sold_key, spent_key, stock_key,
+};
 
 use super::{ClientOutcome, ClusterUrls, Ledger, Observation, OrderObservation, Totals};
 
@@ -74,14 +76,59 @@ pub async fn read_totals(
     urls: &ClusterUrls,
     config: &CheckoutConfig,
 ) -> Result<Totals, ReadError> {
-    let mut totals = Totals::default();
+    let mut spent = 0;
+    for customer in 0..config.customers {
+        spent += counter(client, &urls.payments, &spent_key(customer)).await?;
+    }
+    Ok(Totals {
+        sold: read_sold(client, urls, config).await?,
+        spent,
+    })
+}
+
+/// The units sold over all products (inventory's half of [`Totals`]).
+pub async fn read_sold(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    config: &CheckoutConfig,
+) -> Result<i64, ReadError> {
+    let mut sold = 0;
     for sku in 0..config.skus {
-        totals.sold += counter(client, &urls.inventory, &sold_key(sku)).await?;
+        sold += counter(client, &urls.inventory, &sold_key(sku)).await?;
+    }
+    Ok(sold)
+}
+
+/// What payments holds, read after the run settled: every customer's balance and spent, and
+/// the orders applied there. Read from its KV API here, or from its database when payments is
+/// a PostgreSQL participant (`twopc demo --backend postgres`).
+#[derive(Debug, Clone, Default)]
+pub struct PaymentsLedger {
+    pub money: Vec<Ledger>,
+    /// Ids of the orders whose payment marker exists.
+    pub paid: BTreeSet<String>,
+}
+
+async fn read_kv_payments(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    config: &CheckoutConfig,
+    observed: &[(Order, ClientOutcome)],
+) -> Result<PaymentsLedger, ReadError> {
+    let mut ledger = PaymentsLedger::default();
+    for (order, _) in observed {
+        if exists(client, &urls.payments, &payment_key(&order.id)).await? {
+            ledger.paid.insert(order.id.clone());
+        }
     }
     for customer in 0..config.customers {
-        totals.spent += counter(client, &urls.payments, &spent_key(customer)).await?;
+        ledger.money.push(Ledger {
+            id: customer,
+            left: counter(client, &urls.payments, &balance_key(customer)).await?,
+            moved: counter(client, &urls.payments, &spent_key(customer)).await?,
+        });
     }
-    Ok(totals)
+    Ok(ledger)
 }
 
 /// Waits until no participant holds a prepared transaction, or `timeout` passes. Returns what is
@@ -120,6 +167,33 @@ pub async fn observe(
     settle: Duration,
 ) -> Result<Observation, ReadError> {
     let prepared_left = wait_no_prepared(client, urls, settle).await?;
+    let payments = read_kv_payments(client, urls, config, observed).await?;
+    observe_settled(
+        client,
+        urls,
+        config,
+        before,
+        observed,
+        settle,
+        prepared_left,
+        payments,
+    )
+    .await
+}
+
+/// [`observe`] after [`wait_no_prepared`] gave `prepared_left`, with payments' data already
+/// read as `payments`; inventory, shipping and the coordinator are read through their APIs.
+#[allow(clippy::too_many_arguments)]
+pub async fn observe_settled(
+    client: &reqwest::Client,
+    urls: &ClusterUrls,
+    config: &CheckoutConfig,
+    before: Totals,
+    observed: &[(Order, ClientOutcome)],
+    settle: Duration,
+    prepared_left: BTreeMap<&'static str, usize>,
+    payments: PaymentsLedger,
+) -> Result<Observation, ReadError> {
     // What each participant still holds in doubt, by client id, read once after the settle.
     let mut in_doubt: [BTreeSet<String>; 3] = Default::default();
     for (held, (_, base)) in in_doubt.iter_mut().zip(urls.participants()) {
@@ -132,10 +206,12 @@ pub async fn observe(
     }
     let mut orders = Vec::with_capacity(observed.len());
     for (order, client_outcome) in observed {
-        let mut present = [false; 3];
-        for (slot, (participant, key)) in present.iter_mut().zip(order.marker_keys()) {
-            *slot = exists(client, urls.participant(participant), &key).await?;
-        }
+        let [inventory, _, shipping] = order.marker_keys();
+        let present = [
+            exists(client, urls.participant(inventory.0), &inventory.1).await?,
+            payments.paid.contains(&order.id),
+            exists(client, urls.participant(shipping.0), &shipping.1).await?,
+        ];
         let prepared = [0, 1, 2].map(|i| in_doubt[i].contains(&order.id));
         orders.push(OrderObservation {
             order: order.clone(),
@@ -153,14 +229,7 @@ pub async fn observe(
             moved: counter(client, &urls.inventory, &sold_key(sku)).await?,
         });
     }
-    let mut money = Vec::new();
-    for customer in 0..config.customers {
-        money.push(Ledger {
-            id: customer,
-            left: counter(client, &urls.payments, &balance_key(customer)).await?,
-            moved: counter(client, &urls.payments, &spent_key(customer)).await?,
-        });
-    }
+    let money = payments.money;
     let after = Totals {
         sold: stock.iter().map(|l| l.moved).sum(),
         spent: money.iter().map(|l| l.moved).sum(),

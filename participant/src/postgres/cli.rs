@@ -1,0 +1,138 @@
+//! `twopc participant --backend postgres`: the ready-made PostgreSQL participant, serving the
+//! statements of a file (see [`super::statements`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use axum::serve::ListenerExt;
+
+use super::backend::PgParticipant;
+use super::config::PgConfig;
+use super::error::PgError;
+use super::statements::Statements;
+use crate::cli::Args;
+
+/// The flags only the postgres backend reads (every flag is in docs/operations.md).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PgArgs {
+    /// PostgreSQL connection string (`postgres://user:password@127.0.0.1:5432/db`); also read
+    /// from TWOPC_PARTICIPANT_POSTGRES_URL so the password stays off the command line.
+    #[arg(long, env = "TWOPC_PARTICIPANT_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
+    /// JSON file of the named, parameterised statements a transaction may run.
+    #[arg(long)]
+    pub statements: Option<PathBuf>,
+    /// Most PostgreSQL sessions open at once (each running prepare holds one).
+    #[arg(long, default_value_t = 16)]
+    pub postgres_connections: usize,
+}
+
+/// Exit codes as the kv backend's: 2 bad configuration (including every setup mistake found at
+/// start: unreachable server, wrong credentials, `max_prepared_transactions = 0`, a statement
+/// that does not prepare), 1 runtime failure.
+pub fn main(args: &Args) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(args))
+}
+
+fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
+    let url = args
+        .postgres
+        .postgres_url
+        .clone()
+        .ok_or("--backend postgres needs --postgres-url (or TWOPC_PARTICIPANT_POSTGRES_URL)")?;
+    let path = args
+        .postgres
+        .statements
+        .as_ref()
+        .ok_or("--backend postgres needs --statements FILE")?;
+    let statements = std::fs::read(path)
+        .map_err(|e| format!("cannot read the statements file {}: {e}", path.display()))?;
+    if let Some(url) = &args.coordinator
+        && !url.starts_with("http://")
+    {
+        return Err(format!("--coordinator {url:?} must start with http://"));
+    }
+    if args.postgres.postgres_connections == 0 {
+        return Err("--postgres-connections must be at least 1".into());
+    }
+    let mut config = PgConfig::new(url, args.name.as_str());
+    config.connections = args.postgres.postgres_connections;
+    config.coordinator_url = args.coordinator.clone();
+    config.in_doubt_after_ms = args.in_doubt_after_ms;
+    config.scan_every_ms = (args.in_doubt_after_ms / 4).clamp(10, 1_000);
+    config.decision_timeout_ms = args.decision_timeout_ms;
+    config.decision_backoff_max_ms = args.decision_backoff_max_ms;
+    config.lock_wait_max_ms = args.lock_wait_max_ms;
+    Ok((config, statements))
+}
+
+async fn start(config: PgConfig, statements: &[u8]) -> Result<PgParticipant<Statements>, String> {
+    let specs = Statements::parse_file(statements)?;
+    let pool = super::pool::Pool::new(&config.url, 1).map_err(|e| e.to_string())?;
+    let client = pool.connect().await.map_err(|e| e.to_string())?;
+    let statements = Statements::check(&client, specs)
+        .await
+        .map_err(|e| match e {
+            PgError::Db { context, message } => format!(
+                "{context} does not prepare against this database: {message} (is the schema \
+                 created, and the participant connected to the right database?)"
+            ),
+            other => other.to_string(),
+        })?;
+    drop(client);
+    PgParticipant::start(config, statements)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn serve(args: &Args) -> ExitCode {
+    let (config, statements) = match config(args) {
+        Ok(parts) => parts,
+        Err(message) => {
+            tracing::error!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let participant = match start(config, &statements).await {
+        Ok(participant) => participant,
+        Err(message) => {
+            tracing::error!("cannot start: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!(listen = %args.listen, %error, "cannot listen");
+            return ExitCode::FAILURE;
+        }
+    };
+    let resolver = participant.spawn_resolver();
+    tracing::info!(name = %args.name, listen = %args.listen,
+        statements = ?participant.work().names(),
+        max_prepared_transactions = participant.max_prepared_transactions(),
+        "postgres participant ready");
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let served = axum::serve(listener, crate::http::finish(participant.router()))
+        .with_graceful_shutdown(crate::cli::shutdown_signal())
+        .await;
+    resolver.abort();
+    if let Err(error) = served {
+        tracing::error!(%error, "server failed");
+        return ExitCode::FAILURE;
+    }
+    tracing::info!(name = %args.name, "stopped");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,44 @@
+//! How a PostgreSQL participant runs: one place for every tunable and its default.
+
+/// Configuration of a [`super::PgParticipant`].
+#[derive(Debug, Clone)]
+pub struct PgConfig {
+    /// `postgres://user:password@host:port/database` (or the key/value form).
+    pub url: String,
+    /// This participant's name; its gids start with `twopc:<name>:` (one process per name and
+    /// database: recovery takes every prepared transaction with that prefix as its own).
+    pub name: String,
+    /// Most PostgreSQL sessions open at once (each running prepare holds one).
+    pub connections: usize,
+    /// Base URL of the coordinator asked about in-doubt transactions. `None`: they wait for the
+    /// coordinator's resend.
+    pub coordinator_url: Option<String>,
+    /// A prepared transaction with no decision for this long is asked about.
+    pub in_doubt_after_ms: u64,
+    /// How often `pg_prepared_xacts` is scanned for in-doubt transactions.
+    pub scan_every_ms: u64,
+    /// Timeout of one decision query.
+    pub decision_timeout_ms: u64,
+    /// Cap on the wait between two decision queries about one transaction (it doubles).
+    pub decision_backoff_max_ms: u64,
+    /// Longest a prepare's statements wait for a row lock (PostgreSQL's `lock_timeout`) before
+    /// voting no; the coordinator's `lock_wait_ms` can only shorten it.
+    pub lock_wait_max_ms: u64,
+}
+
+impl PgConfig {
+    /// Defaults for everything but the URL and the name.
+    pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            name: name.into(),
+            connections: 16,
+            coordinator_url: None,
+            in_doubt_after_ms: 5_000,
+            scan_every_ms: 1_000,
+            decision_timeout_ms: 2_000,
+            decision_backoff_max_ms: 10_000,
+            lock_wait_max_ms: 2_000,
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! A small pool of PostgreSQL sessions. A prepare needs one session from `BEGIN` to `PREPARE
+//! TRANSACTION`; phase two and recovery need one for a statement or two. A session that saw a
+//! connection error is dropped instead of returned.
+
+use std::sync::Mutex;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::{Client, NoTls};
+
+use super::error::{PgError, describe};
+
+/// At most `size` sessions, opened on demand.
+pub(crate) struct Pool {
+    config: tokio_postgres::Config,
+    /// The URL without its password, for messages.
+    shown: String,
+    idle: Mutex<Vec<Client>>,
+    permits: Semaphore,
+}
+
+/// A session taken from the pool; returned when dropped unless marked broken, or dropped while
+/// a transaction it began is open (a prepare whose HTTP request was cancelled half-way): the
+/// next user must never find itself inside someone else's transaction, so such a session is
+/// closed, and PostgreSQL rolls its transaction back.
+pub(crate) struct Session<'a> {
+    client: Option<Client>,
+    in_transaction: bool,
+    pool: &'a Pool,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Pool {
+    pub(crate) fn new(url: &str, size: usize) -> Result<Self, PgError> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| PgError::Connect {
+            url: redact(url),
+            message: format!("not a PostgreSQL connection string: {e}"),
+        })?;
+        Ok(Self {
+            config,
+            shown: redact(url),
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(size.max(1)),
+        })
+    }
+
+    pub(crate) fn shown_url(&self) -> &str {
+        &self.shown
+    }
+
+    pub(crate) async fn get(&self) -> Result<Session<'_>, PgError> {
+        let permit = self.permits.acquire().await.map_err(|_| PgError::Connect {
+            url: self.shown.clone(),
+            message: "the pool is closed".into(),
+        })?;
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut found = None;
+            while let Some(client) = idle.pop() {
+                if !client.is_closed() {
+                    found = Some(client);
+                    break;
+                }
+            }
+            found
+        };
+        let client = match reused {
+            Some(client) => client,
+            None => self.connect().await?,
+        };
+        Ok(Session {
+            client: Some(client),
+            in_transaction: false,
+            pool: self,
+            _permit: permit,
+        })
+    }
+
+    pub(crate) async fn connect(&self) -> Result<Client, PgError> {
+        let (client, connection) =
+            self.config
+                .connect(NoTls)
+                .await
+                .map_err(|e| PgError::Connect {
+                    url: self.shown.clone(),
+                    message: describe(&e),
+                })?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(error = %describe(&error), "PostgreSQL session ended");
+            }
+        });
+        Ok(client)
+    }
+}
+
+impl Session<'_> {
+    pub(crate) fn client(&self) -> &Client {
+        // Present from creation until drop.
+        self.client.as_ref().unwrap_or_else(|| unreachable!())
+    }
+
+    /// Marks that a transaction is open (or may be) on this session until [`Session::idle`].
+    pub(crate) fn busy(&mut self) {
+        self.in_transaction = true;
+    }
+
+    /// Marks that no transaction is open any more (prepared, committed or rolled back).
+    pub(crate) fn idle(&mut self) {
+        self.in_transaction = false;
+    }
+
+    /// Drops the session instead of returning it (its state is unknown after an error).
+    pub(crate) fn discard(mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take()
+            && !client.is_closed()
+            && !self.in_transaction
+        {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.push(client);
+        }
+    }
+}
+
+/// `postgres://user:secret@host/db` without the secret (also `password=` in key/value form).
+pub fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.split_whitespace()
+        .map(|part| {
+            if part.starts_with("password=") {
+                "password=***"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://bob:hunter2@127.0.0.1:5432/db"),
+            "postgres://bob:***@127.0.0.1:5432/db"
+        );
+        assert_eq!(
+            redact("host=x user=bob password=hunter2 dbname=d"),
+            "host=x user=bob password=*** dbname=d"
+        );
+        assert_eq!(redact("postgres://bob@x/db"), "postgres://bob@x/db");
+    }
+}

@@ -1,0 +1,304 @@
+//! The ready-made participant's work: named, parameterised statements from a file, run in the
+//! order a payload names them. Clients never send SQL.
+//!
+//! File: `{"debit": {"sql": "UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND
+//! balance >= $2", "expect_rows": 1}}`. Payload: `{"ops": [{"statement": "debit", "params":
+//! ["u1", 10]}]}`. Every statement is prepared against the database at start, which checks its
+//! SQL (a missing table is found then) and learns its parameter types; a payload whose
+//! parameters do not fit them is 422 `invalid_payload`. A row count other than `expect_rows`
+//! or any database error while running votes no with the database's message.
+
+use std::collections::BTreeMap;
+
+use protocol::kv::OPS_MAX;
+use serde::Deserialize;
+use tokio_postgres::Client;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::error::{PgError, describe};
+use super::work::{PgWork, WorkRefusal};
+
+/// One statement as the file gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatementSpec {
+    pub sql: String,
+    /// Rows the statement must affect (or return); another count votes no.
+    #[serde(default)]
+    pub expect_rows: Option<u64>,
+}
+
+/// A statement checked against the database.
+#[derive(Debug, Clone)]
+struct Statement {
+    spec: StatementSpec,
+    params: Vec<Type>,
+}
+
+/// The statements a transaction may run.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    statements: BTreeMap<String, Statement>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Payload {
+    ops: Vec<Op>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Op {
+    statement: String,
+    #[serde(default)]
+    params: Vec<serde_json::Value>,
+}
+
+/// Parameter types a payload can fill from JSON.
+fn supported(ty: &Type) -> bool {
+    [
+        Type::BOOL,
+        Type::INT2,
+        Type::INT4,
+        Type::INT8,
+        Type::FLOAT4,
+        Type::FLOAT8,
+        Type::TEXT,
+        Type::VARCHAR,
+        Type::BPCHAR,
+        Type::NAME,
+    ]
+    .contains(ty)
+}
+
+impl Statements {
+    /// Parses the file's JSON text (no database involved).
+    pub fn parse_file(text: &[u8]) -> Result<BTreeMap<String, StatementSpec>, String> {
+        let specs: BTreeMap<String, StatementSpec> = serde_json::from_slice(text)
+            .map_err(|e| format!("not a statements file ({{\"name\": {{\"sql\": ...}}}}): {e}"))?;
+        if specs.is_empty() {
+            return Err("the statements file names no statement".into());
+        }
+        Ok(specs)
+    }
+
+    /// Prepares every statement on `client`: its SQL must be valid against this database and
+    /// its parameters of a type a JSON value can fill.
+    pub async fn check(
+        client: &Client,
+        specs: BTreeMap<String, StatementSpec>,
+    ) -> Result<Self, PgError> {
+        let mut statements = BTreeMap::new();
+        for (name, spec) in specs {
+            let prepared = client.prepare(&spec.sql).await.map_err(|e| PgError::Db {
+                context: format!("statement {name:?} ({})", spec.sql),
+                message: describe(&e),
+            })?;
+            let params = prepared.params().to_vec();
+            if let Some((n, ty)) = params.iter().enumerate().find(|(_, ty)| !supported(ty)) {
+                return Err(PgError::Db {
+                    context: format!("statement {name:?}"),
+                    message: format!(
+                        "parameter ${} has type {ty}, which a JSON parameter cannot fill; cast it \
+                         in the SQL (e.g. ${}::text::{ty})",
+                        n + 1,
+                        n + 1
+                    ),
+                });
+            }
+            statements.insert(name, Statement { spec, params });
+        }
+        Ok(Self { statements })
+    }
+
+    /// The statement names, for logs.
+    pub fn names(&self) -> Vec<&str> {
+        self.statements.keys().map(String::as_str).collect()
+    }
+
+    /// Checks a payload against the statements without running anything.
+    fn bind(&self, payload: &serde_json::Value) -> Result<Vec<Bound<'_>>, String> {
+        let payload = Payload::deserialize(payload).map_err(|e| {
+            format!("expected {{\"ops\": [{{\"statement\": name, \"params\": [...]}}]}}: {e}")
+        })?;
+        if payload.ops.is_empty() {
+            return Err("ops is empty".into());
+        }
+        if payload.ops.len() > OPS_MAX {
+            return Err(format!("{} ops; the limit is {OPS_MAX}", payload.ops.len()));
+        }
+        payload
+            .ops
+            .into_iter()
+            .map(|op| {
+                let (name, statement) =
+                    self.statements
+                        .get_key_value(&op.statement)
+                        .ok_or_else(|| {
+                            format!(
+                                "unknown statement {:?}; this participant runs {}",
+                                op.statement,
+                                self.names().join(", ")
+                            )
+                        })?;
+                if op.params.len() != statement.params.len() {
+                    return Err(format!(
+                        "statement {name:?} takes {} parameters, got {}",
+                        statement.params.len(),
+                        op.params.len()
+                    ));
+                }
+                let params = op
+                    .params
+                    .iter()
+                    .zip(&statement.params)
+                    .enumerate()
+                    .map(|(n, (value, ty))| {
+                        to_sql(value, ty).ok_or_else(|| {
+                            format!(
+                                "statement {name:?} parameter ${} must be a {ty}, got {value}",
+                                n + 1
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Bound {
+                    name,
+                    statement,
+                    params,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A statement with its parameters converted.
+struct Bound<'a> {
+    name: &'a str,
+    statement: &'a Statement,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+fn to_sql(value: &serde_json::Value, ty: &Type) -> Option<Box<dyn ToSql + Sync + Send>> {
+    use serde_json::Value;
+    Some(match (ty, value) {
+        (_, Value::Null) => Box::new(None::<String>) as Box<dyn ToSql + Sync + Send>,
+        (&Type::BOOL, Value::Bool(b)) => Box::new(*b),
+        (&Type::INT2, Value::Number(n)) => Box::new(i16::try_from(n.as_i64()?).ok()?),
+        (&Type::INT4, Value::Number(n)) => Box::new(i32::try_from(n.as_i64()?).ok()?),
+        (&Type::INT8, Value::Number(n)) => Box::new(n.as_i64()?),
+        (&Type::FLOAT4, Value::Number(n)) => Box::new(n.as_f64()? as f32),
+        (&Type::FLOAT8, Value::Number(n)) => Box::new(n.as_f64()?),
+        (_, Value::String(s))
+            if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(ty) =>
+        {
+            Box::new(s.clone())
+        }
+        _ => return None,
+    })
+}
+
+impl PgWork for Statements {
+    async fn work(&self, client: &Client, payload: &serde_json::Value) -> Result<(), WorkRefusal> {
+        let bound = self.bind(payload).map_err(WorkRefusal::Invalid)?;
+        for op in bound {
+            let params: Vec<&(dyn ToSql + Sync)> = op
+                .params
+                .iter()
+                .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let rows = client
+                .execute(op.statement.spec.sql.as_str(), &params)
+                .await
+                .map_err(|e| {
+                    WorkRefusal::No(format!("statement {:?}: {}", op.name, describe(&e)))
+                })?;
+            if let Some(expected) = op.statement.spec.expect_rows
+                && rows != expected
+            {
+                return Err(WorkRefusal::No(format!(
+                    "statement {:?} affected {rows} rows, expected {expected}",
+                    op.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn statements() -> Statements {
+        let mut statements = BTreeMap::new();
+        statements.insert(
+            "debit".to_string(),
+            Statement {
+                spec: StatementSpec {
+                    sql: "UPDATE accounts SET balance = balance - $2 WHERE id = $1".into(),
+                    expect_rows: Some(1),
+                },
+                params: vec![Type::TEXT, Type::INT8],
+            },
+        );
+        Statements { statements }
+    }
+
+    #[test]
+    fn a_payload_binds_to_typed_parameters() {
+        let s = statements();
+        let bound = s
+            .bind(&json!({"ops": [{"statement": "debit", "params": ["u1", 10]}]}))
+            .unwrap();
+        assert_eq!(bound.len(), 1);
+        assert_eq!(bound[0].name, "debit");
+        assert_eq!(bound[0].params.len(), 2);
+    }
+
+    #[test]
+    fn bad_payloads_name_the_problem() {
+        let s = statements();
+        let cases = [
+            (
+                json!({"ops": [{"statement": "drop", "params": []}]}),
+                "unknown statement \"drop\"",
+            ),
+            (
+                json!({"ops": [{"statement": "debit", "params": ["u1"]}]}),
+                "takes 2 parameters, got 1",
+            ),
+            (
+                json!({"ops": [{"statement": "debit", "params": ["u1", "ten"]}]}),
+                "parameter $2 must be a int8",
+            ),
+            (
+                json!({"ops": [{"statement": "debit", "params": [1, 10]}]}),
+                "parameter $1 must be a text",
+            ),
+            (
+                json!({"ops": [{"statement": "debit", "params": ["u1", 1.5]}]}),
+                "parameter $2",
+            ),
+            (json!({"ops": []}), "ops is empty"),
+            (json!({"sql": "DROP TABLE accounts"}), "expected {\"ops\""),
+        ];
+        for (payload, expected) in cases {
+            let error = s.bind(&payload).err().unwrap();
+            assert!(error.contains(expected), "{payload}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_file_shape_is_checked() {
+        let specs = Statements::parse_file(
+            br#"{"debit": {"sql": "UPDATE a SET b = b - $2 WHERE id = $1", "expect_rows": 1}}"#,
+        )
+        .unwrap();
+        assert_eq!(specs["debit"].expect_rows, Some(1));
+        assert!(Statements::parse_file(b"{}").is_err());
+        assert!(Statements::parse_file(br#"{"x": {"sql": "S", "rows": 1}}"#).is_err());
+    }
+}
