@@ -9,11 +9,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
+use protocol::limits::BODY_BYTES_MAX;
 use protocol::operator::{AuditList, ResolveRequest, RetryRequest, SagaResolveRequest};
 use protocol::{ErrorCode, GlobalTxId, ParticipantName};
 
-use super::transactions::{QueryPairs, is_json, query_pairs, txid};
+use super::transactions::{QueryPairs, is_json, list_limit, query_pairs, txid};
 use crate::api::{ApiError, AppState};
 use crate::runtime::{OperatorError, RetryTarget};
 
@@ -29,6 +29,23 @@ fn operator_error(error: OperatorError) -> Response {
             format!("the audit record could not be made durable ({e}); nothing was done"),
         )
         .into_response(),
+    }
+}
+
+/// Answers an operator action: the request's parts, checked first (their error answers at
+/// once), then the action; a refusal answers with the evidence it was judged on.
+async fn act<P, T, Fut>(prepared: Result<P, ApiError>, action: impl FnOnce(P) -> Fut) -> Response
+where
+    Fut: std::future::Future<Output = Result<T, OperatorError>>,
+    T: serde::Serialize,
+{
+    let parts = match prepared {
+        Ok(parts) => parts,
+        Err(e) => return e.into_response(),
+    };
+    match action(parts).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => operator_error(e),
     }
 }
 
@@ -86,14 +103,10 @@ pub async fn resolve(
         Ok::<_, ApiError>((core.clone(), txid, request))
     }
     .await;
-    let (core, txid, request) = match result {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.resolve(txid, request).await {
-        Ok(resolved) => Json(resolved).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(result, |(core, txid, request)| async move {
+        core.resolve(txid, request).await
+    })
+    .await
 }
 
 /// `POST /v1/transactions/{id}/retry`.
@@ -139,14 +152,10 @@ pub async fn saga_evidence(
         let core = state.core()?.clone();
         Ok::<_, ApiError>((core, txid(path)?))
     })();
-    let (core, id) = match prepared {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.saga_evidence(id).await {
-        Ok(evidence) => Json(evidence).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(prepared, |(core, id)| async move {
+        core.saga_evidence(id).await
+    })
+    .await
 }
 
 /// `POST /v1/sagas/{id}/retry`.
@@ -162,14 +171,10 @@ pub async fn retry_saga(
         let request: RetryRequest = body_of(&headers, body, true)?;
         Ok::<_, ApiError>((core, id, request))
     })();
-    let (core, id, request) = match prepared {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.retry_saga(id, request).await {
-        Ok(answer) => Json(answer).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(prepared, |(core, id, request)| async move {
+        core.retry_saga(id, request).await
+    })
+    .await
 }
 
 /// The saga hand-resolution body has no sensible default; an empty body is an error.
@@ -196,14 +201,10 @@ pub async fn resolve_saga(
         })?;
         Ok::<_, ApiError>((core, id, request))
     })();
-    let (core, id, request) = match prepared {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.resolve_saga_by_hand(id, request).await {
-        Ok(saga) => Json(saga).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(prepared, |(core, id, request)| async move {
+        core.resolve_saga_by_hand(id, request).await
+    })
+    .await
 }
 
 async fn retry(
@@ -216,14 +217,10 @@ async fn retry(
         ApiError,
     >,
 ) -> Response {
-    let (core, target, request) = match prepared {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.retry(target, request).await {
-        Ok(answer) => Json(answer).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(prepared, |(core, target, request)| async move {
+        core.retry(target, request).await
+    })
+    .await
 }
 
 /// `GET /v1/transactions/{id}/evidence[?gtid=..]`: the coordinator's word on the attempt and
@@ -254,14 +251,10 @@ pub async fn evidence(
         }
         Ok::<_, ApiError>((core, txid, gtid))
     })();
-    let (core, txid, gtid) = match prepared {
-        Ok(parts) => parts,
-        Err(e) => return e.into_response(),
-    };
-    match core.evidence(txid, gtid).await {
-        Ok(evidence) => Json(evidence).into_response(),
-        Err(e) => operator_error(e),
-    }
+    act(prepared, |(core, txid, gtid)| async move {
+        core.evidence(txid, gtid).await
+    })
+    .await
 }
 
 /// Audit entries listed when `limit` is not given.
@@ -277,20 +270,7 @@ pub async fn audit(
     let mut before = None;
     for (key, value) in query_pairs(query)? {
         match key.as_str() {
-            "limit" => {
-                limit = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorCode::InvalidQuery,
-                            format!(
-                                "limit={value:?}: expected a number from 1 to {LIST_LIMIT_MAX}"
-                            ),
-                        )
-                    })?
-            }
+            "limit" => limit = list_limit(&value)?,
             "before" => {
                 before = Some(value.parse::<u64>().map_err(|_| {
                     ApiError::new(

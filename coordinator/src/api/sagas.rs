@@ -8,11 +8,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
+use protocol::limits::BODY_BYTES_MAX;
 use protocol::saga::{SagaList, SagaRequest, SagaState};
 use protocol::{ErrorCode, digest::Fnv128};
 
-use crate::api::transactions::{LIST_LIMIT_DEFAULT, QueryPairs, is_json, query_pairs, txid};
+use crate::api::transactions::{
+    LIST_LIMIT_DEFAULT, QueryPairs, is_json, list_limit, query_pairs, txid,
+};
 use crate::api::{ApiError, AppState};
 use crate::digest::Digest;
 use crate::saga::engine::{SagaReply, SagaWait};
@@ -157,20 +159,7 @@ pub async fn list(
                     )
                 })?)
             }
-            "limit" => {
-                limit = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorCode::InvalidQuery,
-                            format!(
-                                "limit={value:?}: expected a number from 1 to {LIST_LIMIT_MAX}"
-                            ),
-                        )
-                    })?
-            }
+            "limit" => limit = list_limit(&value)?,
             other => {
                 return Err(ApiError::new(
                     ErrorCode::InvalidQuery,

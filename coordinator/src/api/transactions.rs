@@ -30,6 +30,20 @@ pub(super) fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, Ap
         .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))
 }
 
+/// A listing's `limit` query parameter: 1 ..= `LIST_LIMIT_MAX`, else 400 `invalid_query`.
+pub(super) fn list_limit(value: &str) -> Result<usize, ApiError> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidQuery,
+                format!("limit={value:?}: expected a number from 1 to {LIST_LIMIT_MAX}"),
+            )
+        })
+}
+
 pub(super) fn txid(path: Result<Path<String>, PathRejection>) -> Result<TxId, ApiError> {
     let Path(raw) = path.map_err(|e| ApiError::new(ErrorCode::InvalidId, e.body_text()))?;
     TxId::new(raw).map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))
@@ -232,20 +246,7 @@ pub async fn list(
                         .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e))?,
                 )
             }
-            "limit" => {
-                limit = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorCode::InvalidQuery,
-                            format!(
-                                "limit={value:?}: expected a number from 1 to {LIST_LIMIT_MAX}"
-                            ),
-                        )
-                    })?
-            }
+            "limit" => limit = list_limit(&value)?,
             other => {
                 return Err(ApiError::new(
                     ErrorCode::InvalidQuery,
