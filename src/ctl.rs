@@ -555,7 +555,18 @@ fn evidence_text(evidence: &Evidence) -> String {
     }
     for p in &evidence.participants {
         let said = match (&p.state, &p.error) {
-            (Some(state), _) => format!("{state:?}").to_lowercase(),
+            (Some(state), _) => {
+                let since = p
+                    .prepared_at_ms
+                    .map(|at| {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                        format!(" for {} s", now.saturating_sub(at) / 1000)
+                    })
+                    .unwrap_or_default();
+                format!("{}{since}", format!("{state:?}").to_lowercase())
+            }
             (None, error) => format!("not asked: {}", error.as_deref().unwrap_or("no answer")),
         };
         out.push_str(&format!("  {:<16} {said}\n", p.participant.as_str()));

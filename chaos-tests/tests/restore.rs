@@ -246,6 +246,10 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         "inventory, payments, shipping: {shown}"
     );
     assert!(
+        shown["evidence"]["participants"][2]["prepared_at_ms"].is_u64(),
+        "shipping's evidence says since when it holds X: {shown}"
+    );
+    assert!(
         shown["evidence"]["coordinator"]
             .as_str()
             .is_some_and(|c| c.starts_with("unknown")),

@@ -74,6 +74,9 @@ pub struct ParticipantEvidence {
     pub participant: ParticipantName,
     /// `None` when the participant could not be asked (`error` says why).
     pub state: Option<AttemptState>,
+    /// When it prepared the attempt (Unix ms), while it holds it prepared: its age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_at_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

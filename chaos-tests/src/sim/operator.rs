@@ -93,6 +93,7 @@ impl World {
                 .zip(&self.coordinator.participants)
                 .map(|(p, name)| ParticipantEvidence {
                     participant: name.clone(),
+                    prepared_at_ms: None,
                     state: p.engine.as_ref().map(|e| e.attempt_status(&gtid).state),
                     error: p.engine.is_none().then(|| "down".to_string()),
                 })

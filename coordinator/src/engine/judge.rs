@@ -208,6 +208,7 @@ mod tests {
     fn says(name: &str, state: AttemptState) -> ParticipantEvidence {
         ParticipantEvidence {
             participant: p(name),
+            prepared_at_ms: None,
             state: Some(state),
             error: None,
         }
@@ -216,6 +217,7 @@ mod tests {
     fn silent(name: &str) -> ParticipantEvidence {
         ParticipantEvidence {
             participant: p(name),
+            prepared_at_ms: None,
             state: None,
             error: Some("connection refused".into()),
         }

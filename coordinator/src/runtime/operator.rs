@@ -544,10 +544,10 @@ impl Core {
         let path = routes::attempt_path(gtid);
         let mut evidence = Vec::with_capacity(self.participants.len());
         for (name, endpoint) in &self.participants {
-            let (state, error) = match endpoint.get(&path, EVIDENCE_TIMEOUT).await {
+            let (said, error) = match endpoint.get(&path, EVIDENCE_TIMEOUT).await {
                 Ok(answer) if answer.status == 200 => {
                     match serde_json::from_slice::<AttemptStatus>(&answer.body) {
-                        Ok(status) if status.gtid == *gtid => (Some(status.state), None),
+                        Ok(status) if status.gtid == *gtid => (Some(status), None),
                         Ok(status) => (
                             None,
                             Some(format!("answered about another attempt, {}", status.gtid)),
@@ -567,7 +567,8 @@ impl Core {
             };
             evidence.push(ParticipantEvidence {
                 participant: name.clone(),
-                state,
+                state: said.as_ref().map(|s| s.state),
+                prepared_at_ms: said.and_then(|s| s.prepared_at_ms),
                 error,
             });
         }
