@@ -80,6 +80,8 @@ async fn the_live_page_shows_stuck_work_and_a_participant_that_is_down() {
     let c = Coordinator::start(dir.path(), "coord", &[&a, &b], &[]);
     let (_, done) = c.submit("", &two_party("order-done", &a, &b)).await;
     assert_eq!(done["outcome"], "committed", "{done}");
+    // Every acknowledgement of the first order is in (it ended) before payments goes down.
+    c.wait_state("order-done", "committed", WAIT).await;
     // payments goes down: the next order's commit waits for it.
     b.set_ack(AckMode::Down);
     let (_, stuck) = c.submit("", &two_party("order-stuck", &a, &b)).await;
