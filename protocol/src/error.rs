@@ -84,6 +84,16 @@ pub enum ErrorCode {
     LogFailed,
     /// A bug or an unexpected failure; the message says what.
     Internal,
+    /// No credentials, or credentials that are not (or no longer) valid (docs/security.md).
+    Unauthorized,
+    /// Valid credentials of a kind this route does not take (a client token on an operator
+    /// route, say).
+    Forbidden,
+    /// Too many requests of this kind from this caller; try again later.
+    RateLimited,
+    /// An epoch more than the allowed jump above the highest this participant holds, from a
+    /// caller that could not prove it is a peer.
+    EpochTooHigh,
 }
 
 impl ErrorCode {
@@ -124,6 +134,10 @@ impl ErrorCode {
             ErrorCode::NotReady => 503,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::EpochTooHigh => 409,
         }
     }
 
@@ -164,6 +178,10 @@ impl ErrorCode {
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::EpochTooHigh => "epoch_too_high",
         }
     }
 }
@@ -226,6 +244,10 @@ mod tests {
             ErrorCode::NotReady,
             ErrorCode::LogFailed,
             ErrorCode::Internal,
+            ErrorCode::Unauthorized,
+            ErrorCode::Forbidden,
+            ErrorCode::RateLimited,
+            ErrorCode::EpochTooHigh,
         ];
         for code in all {
             let json = serde_json::to_string(&code).unwrap();
