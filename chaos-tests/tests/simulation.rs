@@ -60,6 +60,7 @@ fn every_invariant_holds_on_shard(shard: u64) {
                 total.lock_waits += stats.lock_waits;
                 total.lock_grants += stats.lock_grants;
                 total.resolved += stats.resolved;
+                total.forged += stats.forged;
             }
             Err(failure) if keep_going => {
                 eprintln!(
@@ -83,7 +84,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
         "shard {shard}: simulated {} seeds in {:.1?}: {} steps, {} messages ({} dropped, {} \
          duplicated), {} crashes, {} restores, {} attempts for {} orders ({} retries that met a \
          forgotten outcome), {} commits, {} aborts, {} attempts left in doubt (undecidable from the coordinator's log), \
-         {} prepares queued for a lock ({} granted), {} attempts resolved by the operator",
+         {} prepares queued for a lock ({} granted), {} attempts resolved by the operator, {} \
+         forged high-epoch messages refused",
         seeds.len(),
         started.elapsed(),
         total.steps,
@@ -100,7 +102,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
         total.undecidable,
         total.lock_waits,
         total.lock_grants,
-        total.resolved
+        total.resolved,
+        total.forged
     );
     if seeds.len() >= 100 {
         // The runs must really exercise faults, the new operations and both outcomes, or they
@@ -121,6 +124,10 @@ fn every_invariant_holds_on_shard(shard: u64) {
         assert!(
             total.reattempts > 0,
             "retries meet forgotten outcomes and become new attempts: {total:?}"
+        );
+        assert!(
+            total.forged > runs / 2,
+            "an adversary forges high-epoch messages: {total:?}"
         );
     }
 }
@@ -239,6 +246,18 @@ fn an_operator_resolving_without_the_evidence_is_caught() {
     eprintln!("{failure}");
     assert!(
         ["agreement", "atomicity", "durability"].contains(&failure.invariant.as_str()),
+        "{failure}"
+    );
+}
+
+#[test]
+fn taking_any_epoch_from_an_unauthenticated_sender_is_caught() {
+    // Issue 17: without the bound, one forged message with a huge epoch fences the real
+    // coordinator out (its in-doubt attempts never resolve) or commits what it aborted.
+    let failure = first_catch(Mutation::NoEpochBound);
+    eprintln!("{failure}");
+    assert!(
+        ["agreement", "atomicity", "liveness"].contains(&failure.invariant.as_str()),
         "{failure}"
     );
 }

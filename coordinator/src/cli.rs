@@ -64,6 +64,15 @@ pub struct Args {
     /// oldest outcomes go first beyond it [default: 1073741824 = 1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub retained_disk_max_bytes: Option<u64>,
+    /// Decision queries about attempts this coordinator has no record of, answered per
+    /// second per caller address when peers do not authenticate; beyond them 429
+    /// rate_limited [default: 100].
+    #[arg(long, value_name = "N")]
+    pub decision_query_rate: Option<u64>,
+    /// How many such queries a caller may make at once before the rate applies
+    /// [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub decision_query_burst: Option<u64>,
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -96,6 +105,8 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         max_waiters_per_transaction: args.max_waiters_per_transaction,
         overload_retry_after_ms: args.overload_retry_after_ms,
         retained_disk_max_bytes: args.retained_disk_max_bytes,
+        decision_query_rate: args.decision_query_rate,
+        decision_query_burst: args.decision_query_burst,
     };
     let mut config = base.overlay(flags).into_config()?;
     if unsafe_no_fsync {

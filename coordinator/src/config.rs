@@ -38,6 +38,11 @@ pub mod defaults {
     /// 1 GiB of logical bytes in the outcome index (~400 bytes an outcome with two
     /// participants: about 2.5 million outcomes, a day at ~30 transactions a second).
     pub const RETAINED_DISK_MAX_BYTES: u64 = 1 << 30;
+    /// Decision queries about attempts this coordinator has no record of, per caller address,
+    /// when peers do not authenticate (docs/security.md): a participant that lost contact asks
+    /// about each attempt it holds once per backoff, far below this.
+    pub const DECISION_QUERY_RATE: u64 = 100;
+    pub const DECISION_QUERY_BURST: u64 = 1_000;
 }
 
 /// A checked configuration.
@@ -78,6 +83,10 @@ pub struct Config {
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
+    /// Unknown-attempt decision queries answered per second per caller address, and at once
+    /// (`api::query_limit`); beyond them 429 `rate_limited`.
+    pub decision_query_rate: u64,
+    pub decision_query_burst: u64,
 }
 
 /// Why a configuration is not usable.
@@ -139,6 +148,8 @@ pub struct FileConfig {
     pub max_waiters_per_transaction: Option<u64>,
     pub overload_retry_after_ms: Option<u64>,
     pub retained_disk_max_bytes: Option<u64>,
+    pub decision_query_rate: Option<u64>,
+    pub decision_query_burst: Option<u64>,
 }
 
 impl FileConfig {
@@ -173,7 +184,9 @@ impl FileConfig {
             max_pending_acks_per_participant,
             max_waiters_per_transaction,
             overload_retry_after_ms,
-            retained_disk_max_bytes
+            retained_disk_max_bytes,
+            decision_query_rate,
+            decision_query_burst
         );
         self.participants.extend(over.participants);
         self
@@ -229,6 +242,12 @@ impl FileConfig {
                 .retained_disk_max_bytes
                 .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
             fsync: true,
+            decision_query_rate: self
+                .decision_query_rate
+                .unwrap_or(defaults::DECISION_QUERY_RATE),
+            decision_query_burst: self
+                .decision_query_burst
+                .unwrap_or(defaults::DECISION_QUERY_BURST),
         };
         config.validate()?;
         Ok(config)
@@ -343,7 +362,28 @@ impl Config {
             0,
             1 << 50,
         )?;
+        range(
+            "decision_query_rate",
+            self.decision_query_rate,
+            1,
+            1_000_000,
+        )?;
+        range(
+            "decision_query_burst",
+            self.decision_query_burst,
+            1,
+            10_000_000,
+        )?;
         Ok(())
+    }
+
+    /// The budget of unknown-attempt decision queries per caller.
+    pub fn decision_query_limit(&self) -> crate::api::QueryLimit {
+        crate::api::QueryLimit {
+            per_second: self.decision_query_rate as f64,
+            burst: self.decision_query_burst as f64,
+            ..crate::api::QueryLimit::default()
+        }
     }
 
     /// The engine's admission bounds.
@@ -375,6 +415,8 @@ impl Config {
             overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
             retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
             fsync: true,
+            decision_query_rate: defaults::DECISION_QUERY_RATE,
+            decision_query_burst: defaults::DECISION_QUERY_BURST,
         }
     }
 }

@@ -77,6 +77,9 @@ pub struct Metrics {
     pub presumed_aborts: AtomicU64,
     /// Decision queries answered `unknown`: the log cannot prove the attempt's outcome.
     pub unknown_answers: AtomicU64,
+    /// Decision queries refused 429 `rate_limited`: a caller that does not authenticate asked
+    /// about too many attempts this coordinator has no record of.
+    pub decision_queries_rate_limited: AtomicU64,
     /// 1 once this run learned that its log is behind what participants saw.
     pub log_behind: AtomicU64,
     /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
@@ -255,6 +258,12 @@ impl Metrics {
             "twopc_coordinator_unknown_answers_total",
             "Decision queries answered unknown: the log cannot prove the attempt's outcome.",
             self.unknown_answers.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_decision_queries_rate_limited_total",
+            "Decision queries refused 429: an unauthenticated caller asked about too many unknown attempts.",
+            self.decision_queries_rate_limited.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

@@ -116,7 +116,9 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let serve = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async {
+    // The caller's address keys the decision-query budget (`api::QueryLimiter`).
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stopped.await;
     });
     let server = tokio::spawn(async move { serve.await });

@@ -75,6 +75,11 @@ pub struct Args {
     /// Most prepares queued for locks at once; past it a conflicting prepare votes no.
     #[arg(long, default_value_t = 4_096)]
     pub lock_waiters_max: usize,
+    /// Most a coordinator's epoch may rise above the highest held here in one message; a
+    /// bigger jump is refused 409 epoch_too_high (a forged epoch would fence the real
+    /// coordinator out for ever). Off when peers authenticate (docs/security.md).
+    #[arg(long, default_value_t = crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT)]
+    pub epoch_jump_max: u64,
     /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -125,6 +130,7 @@ impl Args {
         config.engine.tombstones_max = self.tombstones_max;
         config.engine.lock_wait_max_ms = self.lock_wait_max_ms;
         config.engine.lock_waiters_max = self.lock_waiters_max;
+        config.engine.epoch_jump_max = Some(self.epoch_jump_max);
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);

@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod crash;
 pub mod engine;
+pub mod epoch_bound;
 pub mod fence;
 pub mod http;
 pub mod kv;

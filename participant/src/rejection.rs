@@ -31,6 +31,17 @@ pub enum Rejection {
         gtid: GlobalTxId,
         coordinator_id: CoordinatorId,
     },
+    #[error(
+        "epoch {got} of coordinator {coordinator_id} is more than {max_jump} above the highest \
+         held here ({highest}); a real coordinator rises one per start. Refused unless the \
+         sender authenticates as a peer (docs/security.md)"
+    )]
+    EpochTooHigh {
+        coordinator_id: CoordinatorId,
+        got: Epoch,
+        highest: Epoch,
+        max_jump: u64,
+    },
     #[error("invalid payload: {0}")]
     InvalidPayload(String),
     #[error("payload is {len} bytes; the limit is {max}")]
@@ -49,6 +60,7 @@ impl Rejection {
             Rejection::InvalidPayload(_) => ErrorCode::InvalidPayload,
             Rejection::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Rejection::KeyLocked { .. } => ErrorCode::KeyLocked,
+            Rejection::EpochTooHigh { .. } => ErrorCode::EpochTooHigh,
         }
     }
 }

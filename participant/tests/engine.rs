@@ -1157,3 +1157,41 @@ fn an_attempt_is_told_as_prepared_committed_aborted_refused_forgotten_or_unknown
         "prepared is never dropped"
     );
 }
+
+#[test]
+fn a_forged_epoch_far_above_the_highest_is_refused_and_fences_nobody_out() {
+    // Issue 17: one message with epoch = u64::MAX used to raise the mark for ever, and every
+    // later message of the real coordinator was stale.
+    let mut e = Engine::new(
+        EngineConfig {
+            epoch_jump_max: Some(1_000),
+            ..no_wait()
+        },
+        Tally::default(),
+    );
+    p(&mut e, "t1", 5, add("a", 1));
+    for forged in [
+        p(&mut e, "t2", u64::MAX, add("b", 1)),
+        commit(&mut e, "t1", u64::MAX),
+        abort(&mut e, "t1", 1_006),
+    ] {
+        assert_eq!(rejected(&reply(&forged)), Some(ErrorCode::EpochTooHigh));
+        assert!(logs(&forged).is_empty(), "a refused jump logs nothing");
+    }
+    assert_eq!(e.highest_epoch(&coord(C1)).map(|f| f.epoch), Some(Epoch(5)));
+    assert_eq!(e.prepared_len(), 1, "t1 is still prepared, t2 never was");
+    // The real coordinator, restarted a thousand times, is still let in.
+    assert_eq!(reply(&commit(&mut e, "t1", 1_005)), Reply::Ack);
+    // With peers authenticating there is no bound: only the coordinator reaches the engine.
+    let mut trusting = Engine::new(
+        EngineConfig {
+            epoch_jump_max: None,
+            ..no_wait()
+        },
+        Tally::default(),
+    );
+    assert!(matches!(
+        reply(&p(&mut trusting, "t1", u64::MAX - 1, add("a", 1))),
+        Reply::Vote(_)
+    ));
+}

@@ -34,6 +34,9 @@ use super::disk::Disk;
 use super::io::Io;
 use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
 
+/// The simulated coordinator's id (what its first start writes).
+pub const COORDINATOR_ID: &str = "c-sim";
+
 /// An HTTP call the coordinator is waiting on.
 #[derive(Debug, Clone)]
 enum Call {
@@ -316,7 +319,7 @@ impl CoordinatorNode {
                 incarnation,
             },
             None => EpochRecord {
-                coordinator_id: CoordinatorId::new("c-sim").expect("a constant, valid id"),
+                coordinator_id: CoordinatorId::new(COORDINATOR_ID).expect("a constant, valid id"),
                 epoch: Epoch(1),
                 incarnation,
             },
@@ -648,7 +651,8 @@ impl CoordinatorNode {
                         | Mutation::PhaseTwoBeforeDurable
                         | Mutation::VoteBeforePreparedDurable
                         | Mutation::AbortWhenUnknown
-                        | Mutation::ResolveWithoutEvidence => VoteKind::Timeout,
+                        | Mutation::ResolveWithoutEvidence
+                        | Mutation::NoEpochBound => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }
@@ -718,7 +722,8 @@ impl CoordinatorNode {
                     | Mutation::TimeoutCountsAsYes
                     | Mutation::VoteBeforePreparedDurable
                     | Mutation::AbortWhenUnknown
-                    | Mutation::ResolveWithoutEvidence => {
+                    | Mutation::ResolveWithoutEvidence
+                    | Mutation::NoEpochBound => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }

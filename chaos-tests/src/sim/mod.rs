@@ -23,6 +23,7 @@
 mod coordinator_node;
 mod disk;
 pub mod fencing;
+mod forger;
 mod invariants;
 mod io;
 mod net;
@@ -54,6 +55,9 @@ pub enum Mutation {
     /// The operator resolves attempts in doubt without the judge: whatever it guessed, even
     /// against a participant that already ended the attempt the other way.
     ResolveWithoutEvidence,
+    /// Participants take any epoch, however far above the highest they hold: a forged
+    /// message (`forger`) fences the coordinator out or commits what it aborted.
+    NoEpochBound,
 }
 
 /// The shape of one run.
@@ -107,6 +111,8 @@ pub struct RunStats {
     pub lock_grants: u64,
     /// Attempts in doubt an operator resolved from the evidence.
     pub resolved: u64,
+    /// Messages an adversary without the peer token forged (`forger`).
+    pub forged: u64,
 }
 
 /// A run that broke an invariant: everything needed to understand and replay it.

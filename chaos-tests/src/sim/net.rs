@@ -119,6 +119,8 @@ pub enum Ev {
     },
     /// Faults stop: no more drops, duplicates, crashes; every node comes back.
     Heal,
+    /// An adversary without the peer token sends this participant a forged message.
+    Forge(usize),
 }
 
 #[derive(Debug, Clone)]

@@ -121,6 +121,7 @@ pub(super) fn describe(ev: &Ev) -> String {
             format!("client timeout o-{order} attempt {attempt}")
         }
         Ev::Heal => "faults stop; every node restarts".into(),
+        Ev::Forge(i) => format!("an adversary forges a message to participant {i}"),
         Ev::Operator => "operator looks for attempts in doubt the coordinator cannot decide".into(),
     }
 }

@@ -157,6 +157,8 @@ impl World {
             // waiter and one that times out happen in the mix.
             lock_wait_max_ms: 150,
             lock_waiters_max: 64,
+            epoch_jump_max: (config.mutation != super::Mutation::NoEpochBound)
+                .then_some(super::forger::EPOCH_JUMP_MAX),
         };
         let participants = shop
             .seeds()
@@ -286,6 +288,14 @@ impl World {
                 let restore_at = self.io.rng.u64(backup_at + 1..window);
                 self.queue.push(backup_at, Ev::Backup);
                 self.queue.push(restore_at, Ev::Restore);
+            }
+            // Half the faulty runs: an adversary on the network forges a few messages.
+            if self.io.rng.bool() {
+                for _ in 0..self.io.rng.u32(1..=4) {
+                    let at = self.io.rng.u64(1..window);
+                    let target = self.io.rng.usize(0..self.participants.len());
+                    self.queue.push(at, Ev::Forge(target));
+                }
             }
             self.queue.push(window, Ev::Heal);
         }
@@ -466,6 +476,20 @@ impl World {
                 self.operator_idle = self.operator_round() == super::operator::Round::Idle;
                 if !self.operator_idle {
                     self.io.after(super::operator::ROUND_MS, Ev::Operator);
+                }
+            }
+            Ev::Forge(target) => {
+                if self.participants[target].is_up() {
+                    let coordinator_id =
+                        protocol::CoordinatorId::new(super::coordinator_node::COORDINATOR_ID)
+                            .map_err(|e| e.to_string())?;
+                    let msg = super::forger::forge(
+                        &mut self.io.rng,
+                        &coordinator_id,
+                        &self.participants[target],
+                    );
+                    self.stats.forged += 1;
+                    self.participants[target].deliver(&mut self.io, msg.body);
                 }
             }
             Ev::Heal => {

@@ -4,11 +4,14 @@
 mod error;
 mod leases;
 mod operator;
+mod query_limit;
 mod sagas;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_abuse;
 #[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
@@ -16,7 +19,7 @@ mod tests_saga_operator;
 #[cfg(test)]
 mod tests_sagas;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -31,6 +34,7 @@ use crate::metrics::{Metrics, Sampled};
 use crate::runtime::Core;
 
 pub use error::ApiError;
+pub use query_limit::{QueryLimit, QueryLimiter};
 
 /// Every (method, path) the API serves; the OpenAPI document must list exactly these.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -67,6 +71,8 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub struct AppState {
     core: Arc<OnceLock<Arc<Core>>>,
     metrics: Arc<Metrics>,
+    /// Unknown-attempt decision queries per caller (`query_limit`); configured at ready.
+    decision_queries: Arc<Mutex<QueryLimiter>>,
 }
 
 impl AppState {
@@ -74,12 +80,21 @@ impl AppState {
         AppState {
             core: Arc::new(OnceLock::new()),
             metrics,
+            decision_queries: Arc::new(Mutex::new(QueryLimiter::new(QueryLimit::default()))),
         }
     }
 
     /// Recovery finished: start serving.
     pub fn set_ready(&self, core: Arc<Core>) {
+        *self.decision_limiter() = QueryLimiter::new(core.config().decision_query_limit());
         let _ = self.core.set(core);
+    }
+
+    pub(crate) fn decision_limiter(&self) -> std::sync::MutexGuard<'_, QueryLimiter> {
+        // The limiter holds counts only; a panic elsewhere leaves them usable.
+        self.decision_queries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn core(&self) -> Result<&Arc<Core>, ApiError> {

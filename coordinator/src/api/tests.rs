@@ -30,7 +30,7 @@ async fn ready_app(
 
 /// A ready coordinator with `participants` (name, URL) and its configuration changed by
 /// `configure`.
-async fn ready_app_with(
+pub(super) async fn ready_app_with(
     participants: &[(&str, &str)],
     configure: impl FnOnce(&mut Config),
 ) -> (Router, Arc<Core>, tempfile::TempDir) {
@@ -62,7 +62,7 @@ pub(super) async fn ready_router() -> (Router, tempfile::TempDir) {
 }
 
 /// A participant that votes yes and acknowledges at once.
-async fn cooperative_participant() -> String {
+pub(super) async fn cooperative_participant() -> String {
     let app = Router::new()
         .route(
             "/2pc/prepare",
@@ -83,7 +83,7 @@ async fn cooperative_participant() -> String {
 }
 
 /// The decision route for attempt `gtid` of `txid`, with the query its participants send.
-fn decision_uri(txid: &str, gtid: &str, epoch: u64) -> String {
+pub(super) fn decision_uri(txid: &str, gtid: &str, epoch: u64) -> String {
     let (_, incarnation, position) = GlobalTxId::new(gtid).unwrap().parts().unwrap();
     format!(
         "/v1/transactions/{txid}/decision?gtid={gtid}&incarnation={incarnation}&epoch={epoch}\
@@ -114,7 +114,7 @@ pub(super) async fn call(
     (status, value)
 }
 
-fn two() -> Value {
+pub(super) fn two() -> Value {
     json!([{"name": "inventory", "payload": {"ops": []}}, {"name": "payments", "payload": {"ops": []}}])
 }
 
@@ -686,7 +686,7 @@ async fn a_failed_log_answers_log_failed_and_never_an_outcome() {
     );
 }
 
-fn post_body(id: &str, participants: Value) -> Vec<u8> {
+pub(super) fn post_body(id: &str, participants: Value) -> Vec<u8> {
     serde_json::to_vec(&json!({"id": id, "participants": participants})).unwrap()
 }
 

@@ -265,15 +265,69 @@ pub async fn list(
 /// `GET /v1/transactions/{id}/decision?gtid=..&incarnation=..&epoch=..&position=..`: what a
 /// participant in doubt about one attempt of `id` is told. Answered from the table without
 /// writing anything; `unknown` where the log cannot prove the outcome.
+///
+/// A caller that is not an authenticated peer gets a budget of answers about attempts this
+/// coordinator has no record of (`query_limit`); past it, 429 `rate_limited`. Nothing is
+/// written for such a query whatever the answer (the reason presumed abort needs no record).
 pub async fn decision(
     State(state): State<AppState>,
+    extensions: axum::http::Extensions,
     path: Result<Path<String>, PathRejection>,
     query: QueryPairs,
 ) -> Result<Json<DecisionQueryResponse>, ApiError> {
     let core = state.core()?;
     let txid = txid(path)?;
     let query = decision_query(query_pairs(query)?)?;
-    Ok(Json(core.decision_query(&txid, query.as_ref())))
+    let caller = caller_address(&extensions);
+    let answer = core.decision_query(&txid, query.as_ref());
+    // Known attempts are never charged nor refused: a participant catching up after an
+    // outage asks about many, and each answer is what it needs.
+    let charged = !core.peers_authenticate() && !answered_from_a_record(&answer);
+    if charged
+        && !state
+            .decision_limiter()
+            .charge(caller, crate::runtime::now_ms())
+    {
+        return Err(rate_limited(&state, caller));
+    }
+    Ok(Json(answer))
+}
+
+/// The address a request came from; one shared bucket when the server did not record it.
+fn caller_address(extensions: &axum::http::Extensions) -> std::net::IpAddr {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |info| info.0.ip())
+}
+
+/// A recorded commit or abort, or a pending attempt: an answer about an attempt this
+/// coordinator knows. Presumed aborts and unknowns come with a reason.
+fn answered_from_a_record(answer: &DecisionQueryResponse) -> bool {
+    use protocol::DecisionStatus;
+    match answer.decision {
+        DecisionStatus::Commit | DecisionStatus::Abort => answer.reason.is_none(),
+        DecisionStatus::Pending => true,
+        DecisionStatus::Unknown => false,
+    }
+}
+
+fn rate_limited(state: &AppState, caller: std::net::IpAddr) -> ApiError {
+    state
+        .metrics
+        .decision_queries_rate_limited
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let retry_after_s = state.decision_limiter().retry_after_s(caller);
+    ApiError {
+        retry_after_s: Some(retry_after_s),
+        ..ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "too many decision queries from {caller} about attempts this coordinator has no \
+                 record of; retry in {retry_after_s} s, or authenticate as a peer \
+                 (docs/security.md)"
+            ),
+        )
+    }
 }
 
 /// The attempt a decision query names: all four parameters, or none (a legacy query, answered

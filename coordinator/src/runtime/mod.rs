@@ -310,6 +310,12 @@ impl Core {
         self.outcomes.stats(now_ms(), self.config.retention_ms)
     }
 
+    /// Whether callers of the decision route proved they are peers (a peer token is
+    /// configured, so the route refuses everyone else).
+    pub fn peers_authenticate(&self) -> bool {
+        false
+    }
+
     /// What a participant in doubt about an attempt of `txid` is told (see
     /// `Engine::decision_for`). Nothing is written: an attempt's id is never reused, so a
     /// presumed abort cannot be contradicted later.

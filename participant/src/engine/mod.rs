@@ -231,6 +231,20 @@ impl<R: Resource> Engine<R> {
                 })
             }
             Some(highest) if epoch == highest.epoch => Ok(false),
+            highest
+                if crate::epoch_bound::jumps_too_far(
+                    highest.map(|h| h.epoch.0),
+                    epoch.0,
+                    self.config.epoch_jump_max,
+                ) =>
+            {
+                Err(Rejection::EpochTooHigh {
+                    coordinator_id: coordinator_id.clone(),
+                    got: epoch,
+                    highest: highest.map_or(protocol::Epoch(0), |h| h.epoch),
+                    max_jump: self.config.epoch_jump_max.unwrap_or(u64::MAX),
+                })
+            }
             Some(_) | None => {
                 self.epochs
                     .insert(coordinator_id.clone(), Fence { epoch, incarnation });

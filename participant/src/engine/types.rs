@@ -27,6 +27,9 @@ pub struct EngineConfig {
     /// Most prepares queued at once; past it a conflicting prepare votes no at once, so a
     /// burst on one hot key cannot grow the queue (and each release's scan) without bound.
     pub lock_waiters_max: usize,
+    /// Most an epoch may rise above the highest held for its coordinator in one message
+    /// (`crate::epoch_bound`). `None` when peers authenticate: only they reach the engine.
+    pub epoch_jump_max: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +42,7 @@ impl Default for EngineConfig {
             tombstones_max: 1_000_000,
             lock_wait_max_ms: 2_000,
             lock_waiters_max: 4_096,
+            epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
         }
     }
 }

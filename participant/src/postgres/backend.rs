@@ -203,13 +203,23 @@ impl<W: PgWork> PgParticipant<W> {
             .unwrap_or_else(|p| p.into_inner())
             .get(coordinator_id)
             .copied();
-        match policy::fence(highest, epoch) {
+        match policy::fence(highest, epoch, self.inner.config.epoch_jump_max) {
             Fence::Stale { highest } => {
                 return Err(Rejection::StaleEpoch {
                     coordinator_id: protocol::CoordinatorId::new(coordinator_id)
                         .map_err(|e| Rejection::InvalidPayload(e.to_string()))?,
                     got: protocol::Epoch(epoch),
                     highest: protocol::Epoch(highest),
+                }
+                .into());
+            }
+            Fence::TooHigh => {
+                return Err(Rejection::EpochTooHigh {
+                    coordinator_id: protocol::CoordinatorId::new(coordinator_id)
+                        .map_err(|e| Rejection::InvalidPayload(e.to_string()))?,
+                    got: protocol::Epoch(epoch),
+                    highest: protocol::Epoch(highest.unwrap_or(0)),
+                    max_jump: self.inner.config.epoch_jump_max.unwrap_or(u64::MAX),
                 }
                 .into());
             }

@@ -73,6 +73,7 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     config.decision_timeout_ms = args.decision_timeout_ms;
     config.decision_backoff_max_ms = args.decision_backoff_max_ms;
     config.lock_wait_max_ms = args.lock_wait_max_ms;
+    config.epoch_jump_max = Some(args.epoch_jump_max);
     Ok((config, statements))
 }
 

@@ -24,6 +24,9 @@ pub struct PgConfig {
     /// Longest a prepare's statements wait for a row lock (PostgreSQL's `lock_timeout`) before
     /// voting no; the coordinator's `lock_wait_ms` can only shorten it.
     pub lock_wait_max_ms: u64,
+    /// Most an epoch may rise above the highest recorded in one message
+    /// (`crate::epoch_bound`); `None` when peers authenticate.
+    pub epoch_jump_max: Option<u64>,
 }
 
 impl PgConfig {
@@ -39,6 +42,7 @@ impl PgConfig {
             decision_timeout_ms: 2_000,
             decision_backoff_max_ms: 10_000,
             lock_wait_max_ms: 2_000,
+            epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
         }
     }
 }

@@ -30,12 +30,15 @@ pub enum Fence {
     Current,
     /// Higher (or the first): record it durably before acting.
     Raise,
+    /// Higher by more than the bound (`crate::epoch_bound`): 409 `epoch_too_high`.
+    TooHigh,
 }
 
-pub fn fence(highest: Option<u64>, epoch: u64) -> Fence {
+pub fn fence(highest: Option<u64>, epoch: u64, max_jump: Option<u64>) -> Fence {
     match highest {
         Some(highest) if epoch < highest => Fence::Stale { highest },
         Some(highest) if epoch == highest => Fence::Current,
+        _ if crate::epoch_bound::jumps_too_far(highest, epoch, max_jump) => Fence::TooHigh,
         _ => Fence::Raise,
     }
 }
@@ -192,10 +195,13 @@ mod tests {
         assert_eq!(known(None, true), Known::VoteYes);
         assert_eq!(known(Some(Recorded::Committed), false), Known::VoteYes);
         assert_eq!(known(Some(Recorded::Aborted), false), Known::VoteNo);
-        assert_eq!(fence(None, 1), Fence::Raise);
-        assert_eq!(fence(Some(2), 3), Fence::Raise);
-        assert_eq!(fence(Some(3), 3), Fence::Current);
-        assert_eq!(fence(Some(3), 2), Fence::Stale { highest: 3 });
+        assert_eq!(fence(None, 1, Some(10)), Fence::Raise);
+        assert_eq!(fence(Some(2), 3, Some(10)), Fence::Raise);
+        assert_eq!(fence(Some(3), 3, Some(10)), Fence::Current);
+        assert_eq!(fence(Some(3), 2, Some(10)), Fence::Stale { highest: 3 });
+        assert_eq!(fence(Some(3), u64::MAX, Some(10)), Fence::TooHigh);
+        assert_eq!(fence(None, 11, Some(10)), Fence::TooHigh);
+        assert_eq!(fence(Some(3), u64::MAX, None), Fence::Raise);
         assert_eq!(Recorded::parse("committed"), Some(Recorded::Committed));
         assert_eq!(Recorded::parse("x"), None);
     }

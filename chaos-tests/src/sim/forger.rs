@@ -1,0 +1,89 @@
+//! An adversary on the network without the peer token (issue 17): it sends participants
+//! prepares, commits and aborts that claim to come from the real coordinator at an epoch far
+//! above any it reached. Accepted, one such message would fence the coordinator out for ever
+//! (every later message of it is stale) or commit an attempt the coordinator aborts.
+//!
+//! Participants refuse epochs more than `EPOCH_JUMP_MAX` above the highest they hold
+//! (`participant::epoch_bound`), so the runs' invariants (atomicity, agreement with the
+//! coordinator, liveness once faults heal) must hold whatever it sends;
+//! `Mutation::NoEpochBound` takes the bound away to show they do not without it.
+//!
+//! Forging a message at the current epoch is not modelled: without authentication nothing
+//! can tell it from the coordinator's (docs/security.md says so), which is why a server that
+//! listens beyond loopback refuses to start without tokens.
+
+use protocol::{
+    CoordinatorId, Decision, DecisionRequest, Epoch, GlobalTxId, Incarnation, PrepareRequest, TxId,
+};
+
+use super::net::{Body, Msg, Node};
+use super::participant_node::ParticipantNode;
+
+/// The bound the simulated participants run with: small, so that the coordinator's restarts
+/// in a run stay far below it while a forged epoch is far above.
+pub const EPOCH_JUMP_MAX: u64 = 1_000;
+
+/// Who the answers to forged messages go to: no coordinator run has this incarnation, so the
+/// coordinator drops them as it drops any answer meant for another run.
+const NOBODY: u64 = u64::MAX;
+
+/// One forged message for `target`, built from what the adversary could have seen on the
+/// wire (the coordinator's id, an attempt the participant holds prepared).
+pub fn forge(
+    rng: &mut fastrand::Rng,
+    coordinator_id: &CoordinatorId,
+    target: &ParticipantNode,
+) -> Msg {
+    let epoch = Epoch(match rng.u32(0..3) {
+        0 => u64::MAX,
+        1 => u64::MAX / 2 + rng.u64(0..1_000),
+        _ => EPOCH_JUMP_MAX + 100 + rng.u64(0..1_000_000),
+    });
+    let incarnation = Incarnation(rng.u64(..));
+    let rid = rng.u64(..);
+    let prepared = target
+        .engine
+        .as_ref()
+        .map(|engine| engine.prepared_list())
+        .unwrap_or_default();
+    let body = if !prepared.is_empty() && rng.u32(0..4) != 0 {
+        let victim = &prepared[rng.usize(0..prepared.len())];
+        Body::Decide {
+            rid,
+            from: NOBODY,
+            decision: if rng.bool() {
+                Decision::Commit
+            } else {
+                Decision::Abort
+            },
+            request: DecisionRequest {
+                txid: victim.txid.clone(),
+                gtid: victim.gtid.clone(),
+                coordinator_id: coordinator_id.clone(),
+                epoch,
+                incarnation,
+            },
+        }
+    } else {
+        let position = rng.u64(..);
+        Body::Prepare {
+            rid,
+            from: NOBODY,
+            request: PrepareRequest {
+                txid: TxId::new(format!("forged-{position}")).expect("a valid constant shape"),
+                gtid: GlobalTxId::compose(coordinator_id, incarnation, position),
+                coordinator_id: coordinator_id.clone(),
+                epoch,
+                incarnation,
+                position,
+                payload: serde_json::json!({"ops": []}),
+                started_at_ms: None,
+                lock_wait_ms: None,
+            },
+        }
+    };
+    Msg {
+        to: Some(Node::Participant(target.index)),
+        body,
+    }
+}
