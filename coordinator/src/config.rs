@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use protocol::ParticipantName;
+use protocol::auth::{KeyRing, TokenFiles};
 use protocol::limits::{TIMEOUT_MS_MAX, TIMEOUT_MS_MIN};
 
 /// Defaults, documented in docs/operations.md.
@@ -78,6 +79,13 @@ pub struct Config {
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
+    /// The token files (`--client-token-file` and the rest); reread on SIGHUP.
+    pub token_files: TokenFiles,
+    /// The tokens in force, read from `token_files` (empty: authentication off).
+    pub keys: KeyRing,
+    /// Serve a non-loopback address without tokens (`--insecure-no-auth`); never from the
+    /// config file.
+    pub insecure_no_auth: bool,
 }
 
 /// Why a configuration is not usable.
@@ -110,6 +118,8 @@ pub enum ConfigError {
     ParticipantUrl { name: String, url: String },
     #[error("listen address {0:?} is not HOST:PORT")]
     Listen(String),
+    #[error("token file refused: {0}")]
+    Tokens(#[from] protocol::auth::TokenFileError),
     #[error("{field} is {value}; it must be between {min} and {max}")]
     OutOfRange {
         field: &'static str,
@@ -139,6 +149,11 @@ pub struct FileConfig {
     pub max_waiters_per_transaction: Option<u64>,
     pub overload_retry_after_ms: Option<u64>,
     pub retained_disk_max_bytes: Option<u64>,
+    /// Token files (docs/security.md): paths only, the tokens stay in the files.
+    pub client_token_file: Option<PathBuf>,
+    pub operator_token_file: Option<PathBuf>,
+    pub peer_token_file: Option<PathBuf>,
+    pub metrics_token_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -173,7 +188,11 @@ impl FileConfig {
             max_pending_acks_per_participant,
             max_waiters_per_transaction,
             overload_retry_after_ms,
-            retained_disk_max_bytes
+            retained_disk_max_bytes,
+            client_token_file,
+            operator_token_file,
+            peer_token_file,
+            metrics_token_file
         );
         self.participants.extend(over.participants);
         self
@@ -196,6 +215,13 @@ impl FileConfig {
         if participants.is_empty() {
             return Err(ConfigError::NoParticipants);
         }
+        let token_files = TokenFiles {
+            client: self.client_token_file,
+            operator: self.operator_token_file,
+            peer: self.peer_token_file,
+            metrics: self.metrics_token_file,
+        };
+        let keys = KeyRing::new(token_files.load(|path| std::fs::read_to_string(path))?);
         let config = Config {
             listen,
             data_dir,
@@ -229,6 +255,9 @@ impl FileConfig {
                 .retained_disk_max_bytes
                 .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
             fsync: true,
+            token_files,
+            keys,
+            insecure_no_auth: false,
         };
         config.validate()?;
         Ok(config)
@@ -375,6 +404,9 @@ impl Config {
             overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
             retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
             fsync: true,
+            token_files: TokenFiles::default(),
+            keys: KeyRing::default(),
+            insecure_no_auth: false,
         }
     }
 }

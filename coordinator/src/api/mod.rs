@@ -1,6 +1,7 @@
 //! The HTTP API (design 3.1): transactions for clients, the decision for participants in
 //! doubt, and health, readiness and metrics for operators.
 
+pub mod auth;
 mod error;
 mod leases;
 mod operator;
@@ -9,6 +10,8 @@ mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
@@ -24,6 +27,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use protocol::auth::KeyRing;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::{ErrorCode, routes};
 
@@ -67,6 +71,8 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub struct AppState {
     core: Arc<OnceLock<Arc<Core>>>,
     metrics: Arc<Metrics>,
+    /// The tokens in force (none: authentication off); reloaded on SIGHUP by the server.
+    keys: KeyRing,
 }
 
 impl AppState {
@@ -74,7 +80,18 @@ impl AppState {
         AppState {
             core: Arc::new(OnceLock::new()),
             metrics,
+            keys: KeyRing::default(),
         }
+    }
+
+    /// Checks callers against `keys` (shared with whoever reloads them).
+    pub fn with_keys(mut self, keys: KeyRing) -> AppState {
+        self.keys = keys;
+        self
+    }
+
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
     }
 
     /// Recovery finished: start serving.
@@ -118,6 +135,10 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::release),
         )
         .route(routes::LEASE_RENEW, post(leases::renew))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::check,
+        ))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))

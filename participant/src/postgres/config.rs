@@ -24,6 +24,8 @@ pub struct PgConfig {
     /// Longest a prepare's statements wait for a row lock (PostgreSQL's `lock_timeout`) before
     /// voting no; the coordinator's `lock_wait_ms` can only shorten it.
     pub lock_wait_max_ms: u64,
+    /// The tokens in force (none: authentication off), as `ParticipantConfig::keys`.
+    pub keys: protocol::auth::KeyRing,
 }
 
 impl PgConfig {
@@ -39,6 +41,7 @@ impl PgConfig {
             decision_timeout_ms: 2_000,
             decision_backoff_max_ms: 10_000,
             lock_wait_max_ms: 2_000,
+            keys: protocol::auth::KeyRing::default(),
         }
     }
 }

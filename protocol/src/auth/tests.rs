@@ -24,17 +24,26 @@ fn files_parse_with_comments_and_names() {
     assert_eq!(named.len(), 2);
     assert_eq!(named[0].name, "alice");
     assert!(named[1].token.matches(OPS));
-    let plain = parse_plain("p", &format!("{PEER_NEW}\n# old one, until rotated\n{PEER_OLD}")).unwrap();
-    assert!(plain[0].matches(PEER_NEW), "the first token is the one sent");
+    let plain = parse_plain(
+        "p",
+        &format!("{PEER_NEW}\n# old one, until rotated\n{PEER_OLD}"),
+    )
+    .unwrap();
+    assert!(
+        plain[0].matches(PEER_NEW),
+        "the first token is the one sent"
+    );
 }
 
 #[test]
 fn bad_files_are_refused_with_the_line_and_never_the_token() {
     let short = parse_named("clients.txt", "alice short").unwrap_err();
-    assert!(matches!(short, TokenFileError::Token { line: 1, .. }), "{short}");
+    assert!(
+        matches!(short, TokenFileError::Token { line: 1, .. }),
+        "{short}"
+    );
     assert!(short.to_string().contains("at least 16"), "{short}");
-    let duplicate =
-        parse_named("c", &format!("alice {ALICE}\n\nbob {ALICE}\n")).unwrap_err();
+    let duplicate = parse_named("c", &format!("alice {ALICE}\n\nbob {ALICE}\n")).unwrap_err();
     assert_eq!(
         duplicate,
         TokenFileError::Duplicate {
@@ -58,7 +67,11 @@ fn bad_files_are_refused_with_the_line_and_never_the_token() {
     ));
     assert!(matches!(
         parse_plain("p", &format!("{PEER_NEW}\n{PEER_NEW}")).unwrap_err(),
-        TokenFileError::Duplicate { line: 2, first: 1, .. }
+        TokenFileError::Duplicate {
+            line: 2,
+            first: 1,
+            ..
+        }
     ));
     assert!(matches!(
         parse_plain("p", "# nothing\n\n").unwrap_err(),
@@ -110,17 +123,30 @@ fn each_route_class_takes_its_kinds() {
     let peer = bearer(PEER_OLD);
     let ok = |access, header: &str| keys.authorize(access, Some(header));
     assert_eq!(
-        ok(Access::Client, &client).unwrap().unwrap().name.as_deref(),
+        ok(Access::Client, &client)
+            .unwrap()
+            .unwrap()
+            .name
+            .as_deref(),
         Some("alice")
     );
     assert_eq!(
         ok(Access::Client, &operator).unwrap().unwrap().kind,
         Kind::Operator
     );
-    assert!(matches!(ok(Access::Client, &peer), Err(Denied::Forbidden(_))));
-    assert!(matches!(ok(Access::Operator, &client), Err(Denied::Forbidden(_))));
+    assert!(matches!(
+        ok(Access::Client, &peer),
+        Err(Denied::Forbidden(_))
+    ));
+    assert!(matches!(
+        ok(Access::Operator, &client),
+        Err(Denied::Forbidden(_))
+    ));
     assert_eq!(ok(Access::Peer, &peer).unwrap().unwrap().kind, Kind::Peer);
-    assert!(matches!(ok(Access::Peer, &operator), Err(Denied::Forbidden(_))));
+    assert!(matches!(
+        ok(Access::Peer, &operator),
+        Err(Denied::Forbidden(_))
+    ));
     assert!(ok(Access::PeerOrOperator, &operator).is_ok());
     assert!(ok(Access::PeerOrOperator, &peer).is_ok());
     assert!(matches!(
@@ -128,23 +154,43 @@ fn each_route_class_takes_its_kinds() {
         Err(Denied::Forbidden(_))
     ));
     assert_eq!(keys.authorize(Access::Open, None), Ok(None));
-    assert_eq!(keys.authorize(Access::Metrics, None), Ok(None), "no metrics file: open");
+    assert_eq!(
+        keys.authorize(Access::Metrics, None),
+        Ok(None),
+        "no metrics file: open"
+    );
     for access in [Access::Client, Access::Peer, Access::Operator] {
-        assert!(matches!(keys.authorize(access, None), Err(Denied::Unauthorized(_))));
+        assert!(matches!(
+            keys.authorize(access, None),
+            Err(Denied::Unauthorized(_))
+        ));
         assert!(matches!(
             ok(access, &bearer("wrong-token-0123456789")),
             Err(Denied::Unauthorized(_))
         ));
-        assert!(matches!(ok(access, "Token abc"), Err(Denied::Unauthorized(_))));
+        assert!(matches!(
+            ok(access, "Token abc"),
+            Err(Denied::Unauthorized(_))
+        ));
     }
 }
 
 #[test]
 fn basic_credentials_carry_the_token_as_password() {
     let keys = keys();
-    let basic = format!("Basic {}", encode_base64(format!("anyone:{OPS}").as_bytes()));
-    let caller = keys.authorize(Access::Operator, Some(&basic)).unwrap().unwrap();
-    assert_eq!(caller.name.as_deref(), Some("ops"), "the file's name counts");
+    let basic = format!(
+        "Basic {}",
+        encode_base64(format!("anyone:{OPS}").as_bytes())
+    );
+    let caller = keys
+        .authorize(Access::Operator, Some(&basic))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        caller.name.as_deref(),
+        Some("ops"),
+        "the file's name counts"
+    );
     assert!(matches!(
         keys.authorize(Access::Operator, Some("Basic !!!!")),
         Err(Denied::Unauthorized(_))
@@ -153,13 +199,24 @@ fn basic_credentials_carry_the_token_as_password() {
 
 #[test]
 fn base64_round_trips() {
-    for text in ["", "a", "ab", "abc", "abcd", "ops:operator-token-0123456789"] {
+    for text in [
+        "",
+        "a",
+        "ab",
+        "abc",
+        "abcd",
+        "ops:operator-token-0123456789",
+    ] {
         let encoded = encode_base64(text.as_bytes());
         if text.is_empty() {
             assert_eq!(encoded, "");
             continue;
         }
-        assert_eq!(decode_base64(&encoded).unwrap(), text.as_bytes(), "{encoded}");
+        assert_eq!(
+            decode_base64(&encoded).unwrap(),
+            text.as_bytes(),
+            "{encoded}"
+        );
     }
     assert_eq!(encode_base64(b"ab"), "YWI=");
     assert!(decode_base64("YW=I").is_none());
@@ -169,7 +226,10 @@ fn base64_round_trips() {
 fn metrics_tokens_close_metrics_only() {
     let mut keys = Keys::default();
     keys.metrics = Some(parse_plain("m", "metrics-token-0123456789").unwrap());
-    assert!(!keys.enabled(), "a metrics file alone does not turn auth on");
+    assert!(
+        !keys.enabled(),
+        "a metrics file alone does not turn auth on"
+    );
     assert_eq!(keys.authorize(Access::Client, None), Ok(None));
     assert!(matches!(
         keys.authorize(Access::Metrics, None),
