@@ -224,8 +224,10 @@ fn base64_round_trips() {
 
 #[test]
 fn metrics_tokens_close_metrics_only() {
-    let mut keys = Keys::default();
-    keys.metrics = Some(parse_plain("m", "metrics-token-0123456789").unwrap());
+    let keys = Keys {
+        metrics: Some(parse_plain("m", "metrics-token-0123456789").unwrap()),
+        ..Keys::default()
+    };
     assert!(
         !keys.enabled(),
         "a metrics file alone does not turn auth on"
