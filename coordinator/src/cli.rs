@@ -76,6 +76,22 @@ pub struct Args {
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
+    /// Clients' tokens, one `name token` per line: transactions, sagas and leases.
+    #[arg(long, value_name = "FILE")]
+    pub client_token_file: Option<PathBuf>,
+    /// Operators' tokens, one `name token` per line: operator actions, /ui (and client routes).
+    #[arg(long, value_name = "FILE")]
+    pub operator_token_file: Option<PathBuf>,
+    /// Peer tokens, one per line: sent to participants (the first) and taken on /decision (all).
+    #[arg(long, value_name = "FILE")]
+    pub peer_token_file: Option<PathBuf>,
+    /// Tokens that may read /metrics, one per line; without it /metrics is open.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+    /// Serve a non-loopback address with no token configured (anyone who reaches it may
+    /// submit, commit and abort); warned about at every start.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
 }
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
@@ -107,8 +123,14 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         retained_disk_max_bytes: args.retained_disk_max_bytes,
         decision_query_rate: args.decision_query_rate,
         decision_query_burst: args.decision_query_burst,
+        client_token_file: args.client_token_file,
+        operator_token_file: args.operator_token_file,
+        peer_token_file: args.peer_token_file,
+        metrics_token_file: args.metrics_token_file,
     };
+    let insecure_no_auth = args.insecure_no_auth;
     let mut config = base.overlay(flags).into_config()?;
+    config.insecure_no_auth = insecure_no_auth;
     if unsafe_no_fsync {
         tracing::warn!("--unsafe-no-fsync: the log is never fsynced; decisions are no promise");
         config.fsync = false;

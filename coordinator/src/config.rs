@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use protocol::ParticipantName;
+use protocol::auth::{KeyRing, TokenFiles};
 use protocol::limits::{TIMEOUT_MS_MAX, TIMEOUT_MS_MIN};
 
 /// Defaults, documented in docs/operations.md.
@@ -87,6 +88,13 @@ pub struct Config {
     /// (`api::query_limit`); beyond them 429 `rate_limited`.
     pub decision_query_rate: u64,
     pub decision_query_burst: u64,
+    /// The token files (`--client-token-file` and the rest); reread on SIGHUP.
+    pub token_files: TokenFiles,
+    /// The tokens in force, read from `token_files` (empty: authentication off).
+    pub keys: KeyRing,
+    /// Serve a non-loopback address without tokens (`--insecure-no-auth`); never from the
+    /// config file.
+    pub insecure_no_auth: bool,
 }
 
 /// Why a configuration is not usable.
@@ -119,6 +127,8 @@ pub enum ConfigError {
     ParticipantUrl { name: String, url: String },
     #[error("listen address {0:?} is not HOST:PORT")]
     Listen(String),
+    #[error("token file refused: {0}")]
+    Tokens(#[from] protocol::auth::TokenFileError),
     #[error("{field} is {value}; it must be between {min} and {max}")]
     OutOfRange {
         field: &'static str,
@@ -150,6 +160,11 @@ pub struct FileConfig {
     pub retained_disk_max_bytes: Option<u64>,
     pub decision_query_rate: Option<u64>,
     pub decision_query_burst: Option<u64>,
+    /// Token files (docs/security.md): paths only, the tokens stay in the files.
+    pub client_token_file: Option<PathBuf>,
+    pub operator_token_file: Option<PathBuf>,
+    pub peer_token_file: Option<PathBuf>,
+    pub metrics_token_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -186,7 +201,11 @@ impl FileConfig {
             overload_retry_after_ms,
             retained_disk_max_bytes,
             decision_query_rate,
-            decision_query_burst
+            decision_query_burst,
+            client_token_file,
+            operator_token_file,
+            peer_token_file,
+            metrics_token_file
         );
         self.participants.extend(over.participants);
         self
@@ -209,6 +228,13 @@ impl FileConfig {
         if participants.is_empty() {
             return Err(ConfigError::NoParticipants);
         }
+        let token_files = TokenFiles {
+            client: self.client_token_file,
+            operator: self.operator_token_file,
+            peer: self.peer_token_file,
+            metrics: self.metrics_token_file,
+        };
+        let keys = KeyRing::new(token_files.load(|path| std::fs::read_to_string(path))?);
         let config = Config {
             listen,
             data_dir,
@@ -248,6 +274,9 @@ impl FileConfig {
             decision_query_burst: self
                 .decision_query_burst
                 .unwrap_or(defaults::DECISION_QUERY_BURST),
+            token_files,
+            keys,
+            insecure_no_auth: false,
         };
         config.validate()?;
         Ok(config)
@@ -417,6 +446,9 @@ impl Config {
             fsync: true,
             decision_query_rate: defaults::DECISION_QUERY_RATE,
             decision_query_burst: defaults::DECISION_QUERY_BURST,
+            token_files: TokenFiles::default(),
+            keys: KeyRing::default(),
+            insecure_no_auth: false,
         }
     }
 }

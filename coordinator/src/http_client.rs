@@ -78,6 +78,9 @@ pub struct Endpoint {
     /// `host:port`: what is dialled and what the `Host` header says.
     authority: String,
     idle: Mutex<Vec<Idle>>,
+    /// Where the peer token sent on every call comes from (reloaded on SIGHUP); none: no
+    /// `Authorization` header.
+    keys: Option<protocol::auth::KeyRing>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -113,7 +116,14 @@ impl Endpoint {
             base_url: base_url.trim_end_matches('/').to_string(),
             authority,
             idle: Mutex::new(Vec::new()),
+            keys: None,
         })
+    }
+
+    /// Sends the peer token in force in `keys` (the first of the peer file) on every call.
+    pub fn with_keys(mut self, keys: protocol::auth::KeyRing) -> Self {
+        self.keys = Some(keys);
+        self
     }
 
     /// The URL as configured, without a trailing `/`.
@@ -179,11 +189,15 @@ impl Endpoint {
         path: &str,
         body: Bytes,
     ) -> Result<Answer, CallError> {
-        let request = hyper::Request::builder()
+        let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, self.authority.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(value) = self.keys.as_ref().and_then(|k| k.peer_authorization()) {
+            request = request.header(hyper::header::AUTHORIZATION, value);
+        }
+        let request = request
             .body(Full::new(body))
             .map_err(|e| CallError::Request {
                 authority: self.authority.clone(),

@@ -46,6 +46,8 @@ pub enum RunError {
     Serve(std::io::Error),
     #[error("stopped with a failed log; restart once the disk is healthy")]
     LogFailed,
+    #[error(transparent)]
+    Exposed(#[from] protocol::auth::Exposed),
 }
 
 impl RunError {
@@ -53,6 +55,7 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::Locked { .. } => 3,
+            RunError::Exposed(_) => 2,
             RunError::Start(StartError::Corrupt(_) | StartError::Undecodable { .. }) => 4,
             RunError::DataDir { .. }
             | RunError::Bind { .. }
@@ -93,11 +96,22 @@ pub struct Running {
     stop: oneshot::Sender<()>,
     server: JoinHandle<std::io::Result<()>>,
     housekeeping: JoinHandle<()>,
+    reloader: JoinHandle<()>,
     _lock: File,
 }
 
 /// Locks the directory, starts serving, recovers, and returns once ready.
 pub async fn start(config: Config) -> Result<Running, RunError> {
+    let open_on_purpose = protocol::auth::check_exposure(
+        config.listen,
+        &config.keys.current(),
+        config.insecure_no_auth,
+    )?;
+    if open_on_purpose {
+        warn!(listen = %config.listen,
+              "--insecure-no-auth: serving a non-loopback address with no token; anyone who \
+               reaches it may submit, commit, abort and resolve");
+    }
     let lock = lock_data_dir(&config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -110,7 +124,11 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         source,
     })?;
     let metrics = Arc::new(Metrics::default());
-    let state = AppState::new(Arc::clone(&metrics));
+    let state = AppState::new(Arc::clone(&metrics)).with_keys(config.keys.clone());
+    let reloader = tokio::spawn(reload_tokens_on_sighup(
+        config.token_files.clone(),
+        config.keys.clone(),
+    ));
     let (stop, stopped) = oneshot::channel::<()>();
     // Answers are small and written whole; Nagle would hold some of them back for an ACK.
     let listener = listener.tap_io(|tcp| {
@@ -127,6 +145,7 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         Ok(core) => core,
         Err(e) => {
             server.abort();
+            reloader.abort();
             return Err(e.into());
         }
     };
@@ -140,8 +159,39 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         stop,
         server,
         housekeeping,
+        reloader,
         _lock: lock,
     })
+}
+
+/// Rereads the token files on every SIGHUP and puts the new set in force whole; a file that
+/// does not read or check keeps the old set (and says why). Tokens never reach the log.
+async fn reload_tokens_on_sighup(files: protocol::auth::TokenFiles, keys: protocol::auth::KeyRing) {
+    if !files.any() {
+        return;
+    }
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGHUP; tokens will not reload");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            match files.load(|path| std::fs::read_to_string(path)) {
+                Ok(loaded) => {
+                    info!(tokens = ?loaded, "SIGHUP: token files reloaded");
+                    keys.replace(loaded);
+                }
+                Err(e) => {
+                    error!(error = %e, "SIGHUP: token files refused; the old tokens stay in force")
+                }
+            }
+        }
+    }
 }
 
 impl Running {
@@ -159,6 +209,7 @@ impl Running {
             }
         };
         self.housekeeping.abort();
+        self.reloader.abort();
         served?;
         let core = Arc::clone(&self.core);
         let _ = tokio::task::spawn_blocking(move || core.close_log()).await;

@@ -83,6 +83,47 @@ pub struct Args {
     /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Token files (docs/participants.md, "Authentication"); reread on SIGHUP.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuthArgs {
+    /// Peer tokens, one per line: taken on /2pc/* and /saga/* (all), sent on decision queries
+    /// (the first).
+    #[arg(long, value_name = "FILE")]
+    pub peer_token_file: Option<PathBuf>,
+    /// Clients' tokens, one `name token` per line: fenced writes and reads under /v1/kv.
+    #[arg(long, value_name = "FILE")]
+    pub client_token_file: Option<PathBuf>,
+    /// Operators' tokens, one `name token` per line: /v1/prepared and /v1/attempts (with peers).
+    #[arg(long, value_name = "FILE")]
+    pub operator_token_file: Option<PathBuf>,
+    /// Tokens that may read /metrics, one per line; without it /metrics is open.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+    /// Serve a non-loopback address with no token configured; warned about at every start.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+impl AuthArgs {
+    pub fn files(&self) -> protocol::auth::TokenFiles {
+        protocol::auth::TokenFiles {
+            client: self.client_token_file.clone(),
+            operator: self.operator_token_file.clone(),
+            peer: self.peer_token_file.clone(),
+            metrics: self.metrics_token_file.clone(),
+        }
+    }
+
+    /// Reads the files and applies the start-up rule for `listen`.
+    pub fn keys(&self, listen: SocketAddr) -> Result<protocol::auth::KeyRing, String> {
+        let keys = crate::auth::load(&self.files())?;
+        crate::auth::check_exposure(listen, &keys, self.insecure_no_auth)?;
+        Ok(keys)
+    }
 }
 
 /// `--backend`.
@@ -122,6 +163,7 @@ impl Args {
             );
         }
         let mut config = ParticipantConfig::new(data_dir);
+        config.keys = self.auth.keys(self.listen)?;
         config.coordinator_url = self.coordinator.clone();
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
         config.engine.decision_backoff_base_ms = self.decision_backoff_base_ms;
@@ -130,7 +172,8 @@ impl Args {
         config.engine.tombstones_max = self.tombstones_max;
         config.engine.lock_wait_max_ms = self.lock_wait_max_ms;
         config.engine.lock_waiters_max = self.lock_waiters_max;
-        config.engine.epoch_jump_max = Some(self.epoch_jump_max);
+        config.engine.epoch_jump_max =
+            crate::epoch_bound::in_force(self.epoch_jump_max, &config.keys);
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);
@@ -182,7 +225,8 @@ pub fn main(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(args.name, args.listen, config, seed))
+    let token_files = args.auth.files();
+    runtime.block_on(serve(args.name, args.listen, config, seed, token_files))
 }
 
 async fn serve(
@@ -190,6 +234,7 @@ async fn serve(
     listen: SocketAddr,
     config: ParticipantConfig,
     seed: KvStore,
+    token_files: protocol::auth::TokenFiles,
 ) -> ExitCode {
     let opened = tokio::task::spawn_blocking(move || Participant::open(config, move || seed)).await;
     let participant = match opened {
@@ -211,6 +256,10 @@ async fn serve(
         }
     };
     let resolver = participant.spawn_resolver();
+    let reloader = tokio::spawn(crate::auth::reload_on_sighup(
+        token_files,
+        participant.config().keys.clone(),
+    ));
     tracing::info!(%name, %listen, "participant ready");
     let watched = participant.clone();
     // Answers are small and written whole; Nagle would hold some of them back for an ACK.
@@ -226,6 +275,7 @@ async fn serve(
         })
         .await;
     resolver.abort();
+    reloader.abort();
     let closing = participant.clone();
     let _ = tokio::task::spawn_blocking(move || closing.close()).await;
     if let Err(error) = served {

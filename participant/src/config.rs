@@ -24,6 +24,9 @@ pub struct ParticipantConfig {
     pub checkpoint_every_records: u64,
     /// Log options. `SyncPolicy::Never` is for benchmark baselines only.
     pub wal: WalOptions,
+    /// The tokens in force (none: authentication off): checked on the routes, and the peer
+    /// token sent on decision queries. Reloaded on SIGHUP by `twopc participant`.
+    pub keys: protocol::auth::KeyRing,
 }
 
 impl ParticipantConfig {
@@ -37,6 +40,7 @@ impl ParticipantConfig {
             tick_ms: 100,
             checkpoint_every_records: 10_000,
             wal: WalOptions::default(),
+            keys: protocol::auth::KeyRing::default(),
         }
     }
 }

@@ -12,6 +12,12 @@
 /// reaching this participant would still be let in.
 pub const EPOCH_JUMP_MAX_DEFAULT: u64 = 1_000_000;
 
+/// The bound to apply: none when authentication is on, since then only callers with the peer
+/// token reach the protocol routes (`protocol::auth`).
+pub fn in_force(max_jump: u64, keys: &protocol::auth::KeyRing) -> Option<u64> {
+    (!keys.current().enabled()).then_some(max_jump)
+}
+
 /// Whether `epoch` is further above `highest` (0 when none is held) than `max_jump` allows.
 /// `None`: no bound (peers authenticate).
 pub fn jumps_too_far(highest: Option<u64>, epoch: u64, max_jump: Option<u64>) -> bool {

@@ -107,7 +107,7 @@ impl<R: Resource> Participant<R> {
     /// The routes every participant serves: the protocol, `/v1/prepared`, health, readiness
     /// and metrics. Merge a service's own routes into it, then pass it through [`finish`].
     pub fn router(&self) -> Router {
-        Router::new()
+        let routes = Router::new()
             .route(routes::PREPARE, post(prepare::<R>))
             .route(routes::COMMIT, post(commit::<R>))
             .route(routes::ABORT, post(abort::<R>))
@@ -119,7 +119,8 @@ impl<R: Resource> Participant<R> {
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        crate::auth::protect(routes, self.config().keys.clone())
     }
 
     /// The Prometheus text of this participant.

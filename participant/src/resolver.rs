@@ -63,7 +63,11 @@ impl<R: Resource> Participant<R> {
             base.trim_end_matches('/'),
             routes::decision_query_path(txid, query)
         );
-        let response = match self.inner.client.get(&url).send().await {
+        let mut request = self.inner.client.get(&url);
+        if let Some(authorization) = self.config().keys.peer_authorization() {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization);
+        }
+        let response = match request.send().await {
             Ok(response) => response,
             Err(error) => {
                 self.metrics().count_decision_query_failure();

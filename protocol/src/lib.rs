@@ -5,6 +5,7 @@
 //! the route paths. It must never do I/O, hold state, or depend on either side's crates: both
 //! the coordinator and the participants depend on it, never on each other.
 
+pub mod auth;
 pub mod digest;
 pub mod error;
 pub mod ids;

@@ -1,6 +1,7 @@
 //! The HTTP API (design 3.1): transactions for clients, the decision for participants in
 //! doubt, and health, readiness and metrics for operators.
 
+pub mod auth;
 mod error;
 mod leases;
 mod operator;
@@ -12,6 +13,8 @@ mod transactions;
 mod tests;
 #[cfg(test)]
 mod tests_abuse;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
@@ -27,6 +30,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use protocol::auth::KeyRing;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::{ErrorCode, routes};
 
@@ -73,6 +77,8 @@ pub struct AppState {
     metrics: Arc<Metrics>,
     /// Unknown-attempt decision queries per caller (`query_limit`); configured at ready.
     decision_queries: Arc<Mutex<QueryLimiter>>,
+    /// The tokens in force (none: authentication off); reloaded on SIGHUP by the server.
+    keys: KeyRing,
 }
 
 impl AppState {
@@ -81,7 +87,18 @@ impl AppState {
             core: Arc::new(OnceLock::new()),
             metrics,
             decision_queries: Arc::new(Mutex::new(QueryLimiter::new(QueryLimit::default()))),
+            keys: KeyRing::default(),
         }
+    }
+
+    /// Checks callers against `keys` (shared with whoever reloads them).
+    pub fn with_keys(mut self, keys: KeyRing) -> AppState {
+        self.keys = keys;
+        self
+    }
+
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
     }
 
     /// Recovery finished: start serving.
@@ -133,6 +150,10 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::release),
         )
         .route(routes::LEASE_RENEW, post(leases::renew))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::check,
+        ))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))

@@ -4,11 +4,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
+use protocol::auth::Caller;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::operator::{AuditList, ResolveRequest, RetryRequest, SagaResolveRequest};
 use protocol::{ErrorCode, GlobalTxId, ParticipantName};
@@ -30,6 +31,12 @@ fn operator_error(error: OperatorError) -> Response {
         )
         .into_response(),
     }
+}
+
+/// The operator's name from the token file, when a token authenticated the request: it wins
+/// over the body's `operator` field, which is only a claim.
+fn token_operator(caller: &Option<Extension<Caller>>) -> Option<String> {
+    caller.as_ref().and_then(|Extension(c)| c.name.clone())
 }
 
 /// Answers an operator action: the request's parts, checked first (their error answers at
@@ -86,6 +93,7 @@ struct ResolveBody(Option<ResolveRequest>);
 /// `POST /v1/transactions/{id}/resolve`.
 pub async fn resolve(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -94,12 +102,15 @@ pub async fn resolve(
         let core = state.core()?;
         let txid = txid(path)?;
         let ResolveBody(request) = body_of(&headers, body, false)?;
-        let request = request.ok_or_else(|| {
+        let mut request = request.ok_or_else(|| {
             ApiError::new(
                 ErrorCode::MalformedJson,
                 "expected {\"decision\",\"operator\",\"reason\"}",
             )
         })?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = name;
+        }
         Ok::<_, ApiError>((core.clone(), txid, request))
     }
     .await;
@@ -112,6 +123,7 @@ pub async fn resolve(
 /// `POST /v1/transactions/{id}/retry`.
 pub async fn retry_transaction(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -119,7 +131,10 @@ pub async fn retry_transaction(
     let prepared = (|| {
         let core = state.core()?.clone();
         let txid = txid(path)?;
-        let request: RetryRequest = body_of(&headers, body, true)?;
+        let mut request: RetryRequest = body_of(&headers, body, true)?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = Some(name);
+        }
         Ok::<_, ApiError>((core, RetryTarget::Transaction(txid), request))
     })();
     retry(prepared).await
@@ -128,6 +143,7 @@ pub async fn retry_transaction(
 /// `POST /v1/participants/{name}/retry`.
 pub async fn retry_participant(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -137,7 +153,10 @@ pub async fn retry_participant(
         let Path(raw) = path.map_err(|e| ApiError::new(ErrorCode::InvalidId, e.body_text()))?;
         let name = ParticipantName::new(raw)
             .map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))?;
-        let request: RetryRequest = body_of(&headers, body, true)?;
+        let mut request: RetryRequest = body_of(&headers, body, true)?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = Some(name);
+        }
         Ok::<_, ApiError>((core, RetryTarget::Participant(name), request))
     })();
     retry(prepared).await
@@ -161,6 +180,7 @@ pub async fn saga_evidence(
 /// `POST /v1/sagas/{id}/retry`.
 pub async fn retry_saga(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -168,7 +188,10 @@ pub async fn retry_saga(
     let prepared = (|| {
         let core = state.core()?.clone();
         let id = txid(path)?;
-        let request: RetryRequest = body_of(&headers, body, true)?;
+        let mut request: RetryRequest = body_of(&headers, body, true)?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = Some(name);
+        }
         Ok::<_, ApiError>((core, id, request))
     })();
     act(prepared, |(core, id, request)| async move {
@@ -185,6 +208,7 @@ struct SagaResolveBody(Option<SagaResolveRequest>);
 /// `POST /v1/sagas/{id}/resolve`: a `needs_attention` saga settled by hand.
 pub async fn resolve_saga(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -193,12 +217,15 @@ pub async fn resolve_saga(
         let core = state.core()?.clone();
         let id = txid(path)?;
         let SagaResolveBody(request) = body_of(&headers, body, false)?;
-        let request = request.ok_or_else(|| {
+        let mut request = request.ok_or_else(|| {
             ApiError::new(
                 ErrorCode::MalformedJson,
                 "expected {\"operator\",\"reason\"}",
             )
         })?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = name;
+        }
         Ok::<_, ApiError>((core, id, request))
     })();
     act(prepared, |(core, id, request)| async move {

@@ -146,3 +146,82 @@ async fn ten_thousand_unknown_id_queries_write_nothing_evict_nothing_and_are_cut
     let (status, _, body) = get_from(&app, PARTICIPANT, "/v1/transactions/nobody-x/decision").await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+#[tokio::test]
+async fn with_authentication_on_unauthenticated_queries_are_refused_and_change_nothing() {
+    use protocol::auth::{KeyRing, Keys, parse_plain};
+    const PEER: &str = "peer-token-for-the-abuse-test";
+    let url = cooperative_participant().await;
+    let ring = KeyRing::new(Keys {
+        peer: Some(parse_plain("peers", PEER).unwrap()),
+        ..Keys::default()
+    });
+    let ring_for_config = ring.clone();
+    let (open_app, core, _dir) = ready_app_with(&[("inventory", &url), ("payments", &url)], |c| {
+        c.keys = ring_for_config;
+    })
+    .await;
+    // The same core behind a router that checks tokens (as `server::start` builds it).
+    let state = super::AppState::new(std::sync::Arc::new(crate::metrics::Metrics::default()))
+        .with_keys(ring);
+    state.set_ready(std::sync::Arc::clone(&core));
+    let app = super::router(state);
+    let (status, body) = call(
+        &open_app,
+        "POST",
+        "/v1/transactions?wait=acked",
+        JSON,
+        post_body("kept", two()),
+    )
+    .await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (StatusCode::OK, Some("committed")),
+        "{body}"
+    );
+    let gtid = body["gtid"].as_str().unwrap().to_string();
+    let epoch = core.identity().epoch.0;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let before = core.wal_stats();
+
+    for i in 0..10_000u64 {
+        // Random ids, attempts of this run past its last position, and the kept attempt at
+        // epochs far above this run's: what an attacker would send to make the log look
+        // behind or to fish for presumed aborts.
+        let uri = match i % 3 {
+            0 => format!("/v1/transactions/nobody-{i}/decision"),
+            1 => decision_uri(
+                &format!("nobody-{i}"),
+                &gtid.replace(":1", &format!(":{}", i + 10)),
+                epoch,
+            ),
+            _ => decision_uri("kept", &gtid, u64::MAX - i),
+        };
+        let (status, _, body) = get_from(&app, ATTACKER, &uri).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri}: {body}");
+        assert_eq!(body["error"], "unauthorized", "{body}");
+    }
+    let after = core.wal_stats();
+    assert_eq!(
+        after.records_appended, before.records_appended,
+        "nothing logged"
+    );
+    assert_eq!(after.fsyncs, before.fsyncs, "nothing forced");
+    assert!(
+        core.log_behind().is_none(),
+        "no forged query made the log look behind"
+    );
+    // The participant with the peer token is answered, unlimited.
+    let mut request = Request::get(decision_uri("kept", &gtid, epoch))
+        .header("authorization", format!("Bearer {PEER}"))
+        .body(Body::empty())
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(ConnectInfo(SocketAddr::new(PARTICIPANT, 40_001)));
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let answer: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(answer["decision"], "commit", "{answer}");
+}

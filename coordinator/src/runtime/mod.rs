@@ -313,7 +313,8 @@ impl Core {
     /// Whether callers of the decision route proved they are peers (a peer token is
     /// configured, so the route refuses everyone else).
     pub fn peers_authenticate(&self) -> bool {
-        false
+        // With authentication on, the decision route takes the peer token only.
+        self.config.keys.current().enabled()
     }
 
     /// What a participant in doubt about an attempt of `txid` is told (see

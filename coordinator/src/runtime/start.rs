@@ -185,7 +185,12 @@ pub async fn recover_on(
     let participants = config
         .participants
         .iter()
-        .map(|(name, url)| Ok((name.clone(), Endpoint::new(url)?)))
+        .map(|(name, url)| {
+            Ok((
+                name.clone(),
+                Endpoint::new(url)?.with_keys(config.keys.clone()),
+            ))
+        })
         .collect::<Result<_, BadBaseUrl>>()
         .map_err(StartError::ParticipantUrl)?;
     let (archive, staged) = tokio::sync::mpsc::unbounded_channel();

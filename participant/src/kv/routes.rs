@@ -22,6 +22,7 @@ pub fn app(participant: &Participant<KvStore>) -> Router {
     let reads = Router::new()
         .route(routes::KV_KEY, get(read).put(fenced_put))
         .with_state(participant.clone());
+    let reads = crate::auth::protect(reads, participant.config().keys.clone());
     finish(participant.router().merge(reads))
 }
 

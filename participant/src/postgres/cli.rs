@@ -73,7 +73,8 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     config.decision_timeout_ms = args.decision_timeout_ms;
     config.decision_backoff_max_ms = args.decision_backoff_max_ms;
     config.lock_wait_max_ms = args.lock_wait_max_ms;
-    config.epoch_jump_max = Some(args.epoch_jump_max);
+    config.keys = args.auth.keys(args.listen)?;
+    config.epoch_jump_max = crate::epoch_bound::in_force(args.epoch_jump_max, &config.keys);
     Ok((config, statements))
 }
 
@@ -119,6 +120,10 @@ async fn serve(args: &Args) -> ExitCode {
         }
     };
     let resolver = participant.spawn_resolver();
+    let reloader = tokio::spawn(crate::auth::reload_on_sighup(
+        args.auth.files(),
+        participant.config().keys.clone(),
+    ));
     tracing::info!(name = %args.name, listen = %args.listen,
         statements = ?participant.work().names(),
         max_prepared_transactions = participant.max_prepared_transactions(),
@@ -130,6 +135,7 @@ async fn serve(args: &Args) -> ExitCode {
         .with_graceful_shutdown(crate::cli::shutdown_signal())
         .await;
     resolver.abort();
+    reloader.abort();
     if let Err(error) = served {
         tracing::error!(%error, "server failed");
         return ExitCode::FAILURE;

@@ -27,6 +27,8 @@ pub struct PgConfig {
     /// Most an epoch may rise above the highest recorded in one message
     /// (`crate::epoch_bound`); `None` when peers authenticate.
     pub epoch_jump_max: Option<u64>,
+    /// The tokens in force (none: authentication off), as `ParticipantConfig::keys`.
+    pub keys: protocol::auth::KeyRing,
 }
 
 impl PgConfig {
@@ -43,6 +45,7 @@ impl PgConfig {
             decision_backoff_max_ms: 10_000,
             lock_wait_max_ms: 2_000,
             epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
+            keys: protocol::auth::KeyRing::default(),
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::http::{ApiError, json_body};
 impl<W: PgWork> PgParticipant<W> {
     /// The routes; pass the router through [`crate::finish`].
     pub fn router(&self) -> Router {
-        Router::new()
+        let routes = Router::new()
             .route(routes::PREPARE, post(prepare::<W>))
             .route(routes::COMMIT, post(commit::<W>))
             .route(routes::ABORT, post(abort::<W>))
@@ -28,7 +28,8 @@ impl<W: PgWork> PgParticipant<W> {
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<W>))
             .route(routes::METRICS, get(metrics::<W>))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        crate::auth::protect(routes, self.inner.config.keys.clone())
     }
 
     /// The Prometheus text (reads `pg_prepared_xacts` for the in-doubt gauges).

@@ -214,7 +214,11 @@ impl<W: PgWork> PgParticipant<W> {
             base.trim_end_matches('/'),
             routes::decision_query_path(txid, query)
         );
-        let response = match self.inner.client.get(&url).send().await {
+        let mut request = self.inner.client.get(&url);
+        if let Some(authorization) = self.inner.config.keys.peer_authorization() {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization);
+        }
+        let response = match request.send().await {
             Ok(response) if response.status().is_success() => response,
             Ok(response) => {
                 tracing::warn!(%url, status = %response.status(), "decision query answered non-200");

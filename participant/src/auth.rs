@@ -1,0 +1,151 @@
+//! Who may call which participant route (docs/participants.md, "Authentication"): the class
+//! of every route, the middleware that checks tokens against the key ring, and the SIGHUP
+//! reload of the token files. The checking itself is `protocol::auth`. This module must never
+//! log a token.
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use protocol::auth::{Access, Denied, KeyRing, REALM, TokenFiles};
+use protocol::{ErrorCode, routes};
+use tracing::Instrument;
+
+use crate::http::ApiError;
+
+/// Every (method, path) the reference participant (`twopc participant`) serves.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", routes::PREPARE),
+    ("post", routes::COMMIT),
+    ("post", routes::ABORT),
+    ("get", routes::PREPARED),
+    ("get", routes::ATTEMPT),
+    ("post", routes::SAGA_ACTION),
+    ("post", routes::SAGA_COMPENSATE),
+    ("get", routes::SAGA_OP),
+    ("get", routes::KV_KEY),
+    ("put", routes::KV_KEY),
+    ("get", routes::HEALTHZ),
+    ("get", routes::READYZ),
+    ("get", routes::METRICS),
+];
+
+/// The class of a participant route; `None` for one this table does not know (checked as a
+/// peer route: closed until classified).
+pub fn access(path: &str) -> Option<Access> {
+    Some(match path {
+        routes::PREPARE | routes::COMMIT | routes::ABORT => Access::Peer,
+        routes::SAGA_ACTION | routes::SAGA_COMPENSATE | routes::SAGA_OP => Access::Peer,
+        routes::PREPARED | routes::ATTEMPT => Access::PeerOrOperator,
+        // Fenced writes come from lease workers, reads from clients and operators.
+        routes::KV_KEY => Access::Client,
+        routes::HEALTHZ | routes::READYZ => Access::Open,
+        routes::METRICS => Access::Metrics,
+        _ => return None,
+    })
+}
+
+/// Checks every route of `router` (those added so far) against `keys`.
+pub fn protect(router: Router, keys: KeyRing) -> Router {
+    router.route_layer(axum::middleware::from_fn_with_state(keys, check))
+}
+
+async fn check(State(keys): State<KeyRing>, request: Request, next: Next) -> Response {
+    let path = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| request.uri().path().to_string());
+    let access = access(&path).unwrap_or(Access::Peer);
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match keys.current().authorize(access, authorization) {
+        Ok(None) => next.run(request).await,
+        Ok(Some(caller)) => {
+            let span = tracing::info_span!(
+                "caller",
+                kind = caller.kind.as_str(),
+                name = caller.name.as_deref().unwrap_or("")
+            );
+            next.run(request).instrument(span).await
+        }
+        Err(Denied::Forbidden(message)) => {
+            ApiError::new(ErrorCode::Forbidden, message).into_response()
+        }
+        Err(Denied::Unauthorized(message)) => {
+            let mut response = ApiError::new(ErrorCode::Unauthorized, message).into_response();
+            if let Ok(bearer) = HeaderValue::from_str(&format!("Bearer realm=\"{REALM}\"")) {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, bearer);
+            }
+            response
+        }
+    }
+}
+
+/// Reads the token files at start; `Err` is a configuration error (exit 2).
+pub fn load(files: &TokenFiles) -> Result<KeyRing, String> {
+    files
+        .load(|path| std::fs::read_to_string(path))
+        .map(KeyRing::new)
+        .map_err(|e| format!("token file refused: {e}"))
+}
+
+/// Rereads the token files on every SIGHUP and puts the new set in force whole; a file that
+/// does not read or check keeps the old set (and says why).
+pub async fn reload_on_sighup(files: TokenFiles, keys: KeyRing) {
+    if !files.any() {
+        return;
+    }
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGHUP; tokens will not reload");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        match files.load(|path| std::fs::read_to_string(path)) {
+            Ok(loaded) => {
+                tracing::info!(tokens = ?loaded, "SIGHUP: token files reloaded");
+                keys.replace(loaded);
+            }
+            Err(error) => tracing::error!(%error,
+                "SIGHUP: token files refused; the old tokens stay in force"),
+        }
+    }
+}
+
+/// The start-up rule for a listener (a non-loopback address needs tokens unless
+/// `--insecure-no-auth`); warns when serving without auth on purpose.
+pub fn check_exposure(
+    listen: std::net::SocketAddr,
+    keys: &KeyRing,
+    insecure_no_auth: bool,
+) -> Result<(), String> {
+    match protocol::auth::check_exposure(listen, &keys.current(), insecure_no_auth) {
+        Ok(true) => {
+            tracing::warn!(%listen, "--insecure-no-auth: serving a non-loopback address with \
+                no token; anyone who reaches it may prepare, commit and abort");
+            Ok(())
+        }
+        Ok(false) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_a_class() {
+        for (method, path) in ROUTES {
+            assert!(access(path).is_some(), "{method} {path} unclassified");
+        }
+    }
+}
