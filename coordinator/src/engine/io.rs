@@ -19,6 +19,9 @@ pub enum WaitFor {
 }
 
 /// Something that happened.
+// Events are built once and moved into `step`, never stored in bulk: a large `Submit` costs a
+// copy per request, which boxing would only trade for an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A valid client request (shape checked, participants known to the configuration).
