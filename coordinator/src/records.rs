@@ -85,6 +85,9 @@ pub struct SagaBeginRecord {
     pub request: protocol::saga::SagaRequest,
     pub created_at_ms: u64,
     pub deadline_ms: u64,
+    /// The submitting client's name from its token; absent with authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
