@@ -3,6 +3,7 @@
 mod async_main;
 mod audit_cmd;
 mod bench;
+mod client;
 mod ctl;
 mod demo;
 mod latency;

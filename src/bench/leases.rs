@@ -250,7 +250,7 @@ pub async fn run(
     as_json: bool,
 ) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("twopc-bench-leases-{}", std::process::id()));
-    let client = reqwest::Client::builder()
+    let client = crate::client::builder(&crate::client::ClientArgs::default())?
         .pool_max_idle_per_host(concurrencies.iter().copied().max().unwrap_or(1))
         .build()?;
     let durable = tokio::task::block_in_place(|| start(&scratch, true))

@@ -77,6 +77,8 @@ pub struct Args {
     /// sent as plain HTTP calls to the participants (no coordinator log), in the same run.
     #[arg(long)]
     pub sagas: bool,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
 }
 
 /// One row of the table.
@@ -217,9 +219,7 @@ async fn run(args: Args) -> Result<()> {
     } else {
         None
     };
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let client = crate::client::build(&args.client, Duration::from_secs(30))?;
     let measured = Duration::from_secs_f64(args.seconds.max(0.1));
     let warmup = measured / 5;
 

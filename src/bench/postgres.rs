@@ -105,8 +105,10 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
     };
     crate::async_main::block_on("bench", async move {
         let mut cells = Vec::new();
+        let client = crate::client::builder(&crate::client::ClientArgs::default())?.build()?;
         for &c in concurrency {
-            let mut twopc = measure(c, seconds, twopc_worker(coordinator_url.clone())).await;
+            let worker = twopc_worker(coordinator_url.clone(), client.clone());
+            let mut twopc = measure(c, seconds, worker).await;
             let mut plain = measure(c, seconds, plain_worker(db_a.clone(), db_b.clone())).await;
             let cell = PgCell {
                 concurrency: c,
@@ -232,8 +234,7 @@ fn accounts(n: u64) -> (String, String) {
     )
 }
 
-fn twopc_worker(coordinator: String) -> Work {
-    let client = reqwest::Client::new();
+fn twopc_worker(coordinator: String, client: reqwest::Client) -> Work {
     let run = format!("{:x}", fastrand::u64(..));
     Arc::new(move |n| {
         let (client, url) = (client.clone(), format!("{coordinator}/v1/transactions"));

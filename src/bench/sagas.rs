@@ -100,7 +100,7 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
         .filter_map(|n| cluster.participant_url(n))
         .collect();
     let max = concurrencies.iter().copied().max().unwrap_or(1);
-    let client = reqwest::Client::builder()
+    let client = crate::client::builder(&crate::client::ClientArgs::default())?
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(max)
         .build()?;

@@ -86,6 +86,8 @@ pub struct Args {
     pub backend: String,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -210,7 +212,7 @@ async fn drive(
 const AUDIT_SETTLE: Duration = Duration::from_secs(30);
 
 fn http_client(args: &Args) -> Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
+    Ok(crate::client::builder(&args.client)?
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(args.concurrency.max(1))
         .build()?)
