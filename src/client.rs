@@ -21,6 +21,14 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
+    /// What a caller of a cluster we started sends: its operator token (operators may do
+    /// what clients do), or nothing when it runs without authentication.
+    pub fn for_cluster(tokens: Option<&chaos_tests::auth::TokenSet>) -> ClientArgs {
+        tokens.map_or_else(ClientArgs::default, |t| {
+            ClientArgs::with_token_file(&t.path(protocol::auth::Kind::Operator))
+        })
+    }
+
     /// Arguments that send the token in `file`.
     pub fn with_token_file(file: &Path) -> ClientArgs {
         ClientArgs {

@@ -96,7 +96,7 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
         nodes.push(coordinator);
         Ok((server, dir, nodes, db_a, db_b, coordinator_url))
     })();
-    let (_server, _dir, _nodes, db_a, db_b, coordinator_url) = match setup {
+    let (_server, dir, _nodes, db_a, db_b, coordinator_url) = match setup {
         Ok(parts) => parts,
         Err(e) => {
             eprintln!("twopc bench: {e:#}");
@@ -105,7 +105,11 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
     };
     crate::async_main::block_on("bench", async move {
         let mut cells = Vec::new();
-        let client = crate::client::builder(&crate::client::ClientArgs::default())?.build()?;
+        // The nodes' tokens (made when they started, in the same directory).
+        let tokens = chaos_tests::auth::TokenSet::for_harness(dir.path())?;
+        let client =
+            crate::client::builder(&crate::client::ClientArgs::for_cluster(tokens.as_ref()))?
+                .build()?;
         for &c in concurrency {
             let worker = twopc_worker(coordinator_url.clone(), client.clone());
             let mut twopc = measure(c, seconds, worker).await;

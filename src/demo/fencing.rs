@@ -69,7 +69,13 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
         binary,
         coordinator,
         participant,
-        client: crate::client::ClientArgs::default(),
+        // The workers and this story are clients of the lease service and the fenced store.
+        client: match &cluster.tokens {
+            Some(tokens) => crate::client::ClientArgs::with_token_file(
+                &tokens.path(protocol::auth::Kind::Client),
+            ),
+            None => crate::client::ClientArgs::default(),
+        },
     };
     let checks = story(&urls).await;
     tokio::task::block_in_place(|| cluster.stop());
