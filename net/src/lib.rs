@@ -19,4 +19,4 @@ pub mod tls_listener;
 
 pub use outbound::{AnswerError, Limits};
 pub use serve::serve;
-pub use tls_config::{TlsError, client_config, server_config};
+pub use tls_config::{TlsError, client_config, server_config, server_config_from_flags};

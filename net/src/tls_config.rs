@@ -31,6 +31,8 @@ pub enum TlsError {
     },
     #[error("{what} {path} holds no certificate")]
     NoCertificate { what: &'static str, path: PathBuf },
+    #[error("--tls-cert and --tls-key go together: give both or neither")]
+    Unpaired,
     #[error("{what} {path} refused by TLS: {source}")]
     Refused {
         what: &'static str,
@@ -83,6 +85,19 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsEr
         key,
         &read("key file", key)?,
     )
+}
+
+/// The server configuration of `--tls-cert` and `--tls-key`: none when neither is given, an
+/// error when only one is.
+pub fn server_config_from_flags(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => server_config(cert, key).map(Some),
+        (None, None) => Ok(None),
+        _ => Err(TlsError::Unpaired),
+    }
 }
 
 /// As [`server_config`], from PEM texts already read (`cert`, `key` name where they came from).
