@@ -17,6 +17,9 @@ pub mod tls_config;
 pub mod tls_connect;
 pub mod tls_listener;
 
+/// The rustls in use, so that callers name its types without depending on it themselves.
+pub use rustls;
+
 pub use outbound::{AnswerError, Limits};
 pub use serve::serve;
 pub use tls_config::{TlsError, client_config, server_config, server_config_from_flags};

@@ -83,17 +83,25 @@ pub fn reqwest_builder(
     limits: &Limits,
     tls: Option<Arc<ClientConfig>>,
 ) -> Result<reqwest::ClientBuilder, BuildError> {
+    let builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(limits.connect)
+        .timeout(limits.total)
+        .no_proxy();
+    with_tls(builder, tls)
+}
+
+/// Makes `builder` trust exactly the CA of `tls` for `https://` (`None`: nobody).
+pub fn with_tls(
+    builder: reqwest::ClientBuilder,
+    tls: Option<Arc<ClientConfig>>,
+) -> Result<reqwest::ClientBuilder, BuildError> {
     let tls = match tls {
         Some(config) => config,
         None => crate::tls_config::client_config_trusting_nobody()?,
     };
-    Ok(reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(limits.connect)
-        .timeout(limits.total)
-        .no_proxy()
-        // reqwest takes the rustls configuration by value (it checks the type at run time).
-        .use_preconfigured_tls(ClientConfig::clone(&tls)))
+    // reqwest takes the rustls configuration by value (it checks the type at run time).
+    Ok(builder.use_preconfigured_tls(ClientConfig::clone(&tls)))
 }
 
 /// Takes an answer's status and body: a 3xx is [`AnswerError::Redirect`]; a body over
