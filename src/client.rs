@@ -49,6 +49,10 @@ impl ClientArgs {
     }
 }
 
+/// Most bytes of one answer `twopc ctl` and `twopc lease-worker` read: far above any answer a
+/// coordinator gives (`ctl list` is bounded by `--limit`), far below what would hurt.
+pub const ANSWER_BYTES_MAX: usize = 16 << 20;
+
 /// A client builder with everything `args` asks for; callers add their own timeouts and
 /// pool sizes and build it.
 pub fn builder(args: &ClientArgs) -> Result<reqwest::ClientBuilder> {
