@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Schemathesis against a live coordinator (issue 17): docs/openapi.json must state what the
+# server enforces. Starts three reference participants and a coordinator from the debug binary
+# on loopback with authentication on (client, operator, peer and metrics tokens made here), runs
+# `st run docs/openapi.json --checks all` with a fixed seed and a bounded number of examples,
+# stops every server it started whatever happens, and exits non-zero on any failure.
+#
+# Usage: tests/schemathesis/run.sh   (after `cargo build`; CI runs it after `cargo test`)
+# Env: TWOPC_BIN (default target/debug/twopc), ST_VENV (default target/schemathesis-venv),
+#      ST_MAX_EXAMPLES (default 30), ST_SEED (default 17).
+#
+# The settings (tokens per security scheme, the checks' configuration, phases) are in
+# schemathesis.toml beside this file; hooks.py maps generated participant names onto the ones
+# this cluster has. Every check runs; where one is configured, the file says why.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+SCHEMATHESIS_VERSION=4.32.5
+bin="${TWOPC_BIN:-target/debug/twopc}"
+venv="${ST_VENV:-target/schemathesis-venv}"
+max_examples="${ST_MAX_EXAMPLES:-30}"
+seed="${ST_SEED:-17}"
+
+if [ ! -x "$bin" ]; then
+    cargo build --quiet --bin twopc
+fi
+
+if [ ! -x "$venv/bin/st" ] || [ "$("$venv/bin/st" --version 2>/dev/null)" != "st, version $SCHEMATHESIS_VERSION" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+python="$venv/bin/python"
+
+work="$(mktemp -d /tmp/twopc-schemathesis.XXXXXX)"
+chmod 700 "$work"
+pids=()
+stop_servers() {
+    local status=$?
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    if [ "$status" -ne 0 ]; then
+        for log in "$work"/*.log; do
+            [ -f "$log" ] || continue
+            echo "--- last lines of $log"
+            tail -n 20 "$log"
+        done
+    fi
+    rm -rf "$work"
+    exit "$status"
+}
+trap stop_servers EXIT
+trap 'exit 130' INT TERM
+
+# Tokens: random, in files only (never on a command line, never printed).
+token() { "$python" -c 'import secrets; print(secrets.token_urlsafe(32))'; }
+client_token="$(token)"
+operator_token="$(token)"
+peer_token="$(token)"
+metrics_token="$(token)"
+( umask 077
+  printf 'schemathesis-client %s\n' "$client_token" > "$work/client.tokens"
+  printf 'schemathesis-operator %s\n' "$operator_token" > "$work/operator.tokens"
+  printf '%s\n' "$peer_token" > "$work/peer.tokens"
+  printf '%s\n' "$metrics_token" > "$work/metrics.tokens" )
+# schemathesis.toml reads them from the environment.
+export TWOPC_ST_CLIENT_TOKEN="$client_token" TWOPC_ST_OPERATOR_TOKEN="$operator_token"
+export TWOPC_ST_PEER_TOKEN="$peer_token" TWOPC_ST_METRICS_TOKEN="$metrics_token"
+
+# Five free loopback ports (the OS picks them; released just before the servers bind).
+read -r coordinator_port p1 p2 p3 <<<"$("$python" - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+PY
+)"
+coordinator_url="http://127.0.0.1:$coordinator_port"
+names=(inventory payments shipping)
+ports=("$p1" "$p2" "$p3")
+
+participant_flags=()
+for i in 0 1 2; do
+    name="${names[$i]}"
+    port="${ports[$i]}"
+    "$bin" participant --name "$name" --listen "127.0.0.1:$port" --data-dir "$work/$name" \
+        --coordinator "$coordinator_url" --peer-token-file "$work/peer.tokens" \
+        >"$work/$name.log" 2>&1 &
+    pids+=("$!")
+    participant_flags+=(--participant "$name=http://127.0.0.1:$port")
+done
+"$bin" coordinator --listen "127.0.0.1:$coordinator_port" --data-dir "$work/coordinator" \
+    "${participant_flags[@]}" \
+    --client-token-file "$work/client.tokens" --operator-token-file "$work/operator.tokens" \
+    --peer-token-file "$work/peer.tokens" --metrics-token-file "$work/metrics.tokens" \
+    --prepare-timeout-ms 2000 \
+    >"$work/coordinator.log" 2>&1 &
+pids+=("$!")
+
+# Ready when /readyz answers 200 (it is open); give up after 30 s.
+"$python" - "$coordinator_url/readyz" <<'PY'
+import sys, time, urllib.request
+deadline = time.time() + 30
+while True:
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=2) as answer:
+            if answer.status == 200:
+                break
+    except Exception:
+        pass
+    if time.time() > deadline:
+        sys.exit("the coordinator did not become ready within 30 s")
+    time.sleep(0.2)
+PY
+
+export SCHEMATHESIS_HOOKS=tests.schemathesis.hooks TWOPC_ST_PARTICIPANTS="$(IFS=,; echo "${names[*]}")"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+started=$(date +%s)
+status=0
+"$venv/bin/st" --config-file tests/schemathesis/schemathesis.toml run docs/openapi.json \
+    --url "$coordinator_url" --checks all \
+    --seed "$seed" --max-examples "$max_examples" --request-timeout 10 \
+    --no-color || status=$?
+echo "schemathesis: exit $status after $(( $(date +%s) - started )) s"
+exit "$status"
