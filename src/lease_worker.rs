@@ -40,6 +40,8 @@ pub struct Args {
     /// Give up acquiring after this long (the lease stays held by someone else).
     #[arg(long, default_value_t = 30_000)]
     acquire_timeout_ms: u64,
+    #[command(flatten)]
+    client: crate::client::ClientArgs,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -57,9 +59,7 @@ async fn call(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<(u
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let client = crate::client::build(&args.client, Duration::from_secs(10))?;
     let lease_url = format!("{}/v1/leases/{}", args.coordinator, args.lease);
     let started = Instant::now();
     let token = loop {

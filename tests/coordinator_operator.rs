@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn post(c: &Coordinator, path: &str, body: Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
+    let response = c
+        .node
+        .http()
         .post(format!("{}{path}", c.url()))
         .json(&body)
         .timeout(Duration::from_secs(30))
@@ -248,7 +250,7 @@ async fn an_attempt_the_log_lost_is_resolved_from_the_evidence_and_audited_acros
 
     // Participants in doubt hear the resolution; a second one is refused; all of it survives
     // a restart.
-    let (_, said) = c.get(&query).await;
+    let (_, said) = c.get_as(protocol::auth::Kind::Peer, &query).await;
     assert_eq!(said["decision"], "commit", "{said}");
     let (status, body) = post(&c, "/v1/transactions/ghost/resolve", resolve("abort")).await;
     assert_eq!(
@@ -257,7 +259,7 @@ async fn an_attempt_the_log_lost_is_resolved_from_the_evidence_and_audited_acros
         "{body}"
     );
     c.restart();
-    let (_, said) = c.get(&query).await;
+    let (_, said) = c.get_as(protocol::auth::Kind::Peer, &query).await;
     assert_eq!(said["decision"], "commit", "after a restart: {said}");
     let (_, status) = c.get("/v1/transactions/ghost").await;
     assert_eq!(status["outcome"], "committed", "{status}");

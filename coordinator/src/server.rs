@@ -112,6 +112,15 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
               "--insecure-no-auth: serving a non-loopback address with no token; anyone who \
                reaches it may submit, commit, abort and resolve");
     }
+    for kind in config.keys.current().kinds_missing() {
+        warn!(
+            kind = kind.as_str(),
+            "authentication is on but no {} token file is given: every {} call will be              refused (401); give --{}-token-file",
+            kind.as_str(),
+            kind.as_str(),
+            kind.as_str()
+        );
+    }
     let lock = lock_data_dir(&config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

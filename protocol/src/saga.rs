@@ -222,6 +222,9 @@ pub struct SagaResponse {
     /// Set when an operator settled this `needs_attention` saga by hand (it stays listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_by_hand: Option<crate::operator::HandResolution>,
+    /// The name on the client token that submitted the saga; absent with authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// `GET /v1/sagas`: stuck sagas first (needs_attention, then compensating, then running, each

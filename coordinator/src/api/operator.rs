@@ -36,7 +36,7 @@ fn operator_error(error: OperatorError) -> Response {
 /// The operator's name from the token file, when a token authenticated the request: it wins
 /// over the body's `operator` field, which is only a claim.
 fn token_operator(caller: &Option<Extension<Caller>>) -> Option<String> {
-    caller.as_ref().and_then(|Extension(c)| c.name.clone())
+    crate::api::auth::caller_name(caller)
 }
 
 /// Checks the body's `operator` and `reason` as given (an absent one is fine), by the audit

@@ -4,9 +4,10 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
+use protocol::auth::Caller;
 use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
 use protocol::{
     DecisionQuery, DecisionQueryResponse, Epoch, ErrorCode, GlobalTxId, Incarnation,
@@ -70,8 +71,10 @@ pub async fn create(
     State(state): State<AppState>,
     query: QueryPairs,
     headers: HeaderMap,
+    caller: Option<Extension<Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<TransactionResponse>, ApiError> {
+    let client = crate::api::auth::caller_name(&caller);
     let core = state.core()?;
     if core.is_poisoned() {
         return Err(ApiError::log_failed());
@@ -149,6 +152,7 @@ pub async fn create(
             participants: valid.participants,
             timeout_ms,
             wait,
+            client,
         })
         .await
         .ok_or_else(|| {

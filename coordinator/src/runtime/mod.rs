@@ -93,6 +93,8 @@ pub struct NewTransaction {
     pub participants: Vec<(ParticipantName, serde_json::Value)>,
     pub timeout_ms: u64,
     pub wait: WaitFor,
+    /// The client's name from its token, recorded on the attempt.
+    pub client: Option<String>,
 }
 
 impl Core {
@@ -211,6 +213,7 @@ impl Core {
                     now_ms: now,
                     archived,
                     archive_generation: generation,
+                    client: tx.client.clone(),
                 })
             });
             if stale {
