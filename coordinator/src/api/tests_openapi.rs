@@ -115,6 +115,36 @@ async fn every_served_route_is_documented_with_its_methods_and_nothing_else() {
 }
 
 #[test]
+fn operation_ids_are_unique_and_every_link_names_one() {
+    let doc = document();
+    let mut ids = BTreeSet::new();
+    for (method, path, operation) in operations(&doc) {
+        let id = operation["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has an operationId"));
+        assert!(ids.insert(id.to_string()), "{id} is used twice");
+    }
+    let mut links = 0;
+    for (method, path, operation) in operations(&doc) {
+        for response in operation["responses"]
+            .as_object()
+            .expect("responses")
+            .values()
+        {
+            for (name, link) in response["links"].as_object().into_iter().flatten() {
+                let target = link["operationId"].as_str().expect("a link by operationId");
+                assert!(
+                    ids.contains(target),
+                    "{method} {path} link {name}: {target}"
+                );
+                links += 1;
+            }
+        }
+    }
+    assert!(links >= 10, "{links} links");
+}
+
+#[test]
 fn every_route_states_the_security_its_class_takes() {
     let doc = document();
     let schemes = doc["components"]["securitySchemes"]
