@@ -579,6 +579,29 @@ fn the_id_pattern_allows_exactly_the_characters_the_id_rules_allow() {
             .unwrap_or_else(|| panic!("{name}.{field} has a pattern"));
         uses.insert(format!("{name}.{field}"), p.to_string());
     }
+    // Participant names, the example: an empty one was schema-valid and refused.
+    let names = [
+        (
+            "TransactionRequest participant name",
+            &schema(&doc, "TransactionRequest")["properties"]["participants"]["items"]["properties"]
+                ["name"],
+        ),
+        (
+            "SagaStep participant",
+            &schema(&doc, "SagaStep")["properties"]["participant"],
+        ),
+        (
+            "ResolveRequest participants",
+            &schema(&doc, "ResolveRequest")["properties"]["participants"]["items"],
+        ),
+    ];
+    for (what, field) in names {
+        assert_eq!(field["minLength"], 1, "{what}");
+        let p = field["pattern"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what} has a pattern"));
+        uses.insert(what.to_string(), p.to_string());
+    }
     uses.retain(|use_, _| !use_.contains("\"after\""));
     assert!(uses.len() > 10, "{uses:?}");
     for (use_, p) in uses {
