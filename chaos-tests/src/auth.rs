@@ -161,6 +161,16 @@ impl TokenSet {
     }
 }
 
+/// Who the audit trail names for an operator action sent by a harness client with `tokens`
+/// and `named` in its body: the operator token's holder when the servers check tokens (the
+/// token wins over the body), else `named`.
+pub fn audited_operator<'a>(tokens: Option<&TokenSet>, named: &'a str) -> &'a str {
+    match tokens {
+        Some(_) => OPERATOR_NAME,
+        None => named,
+    }
+}
+
 /// [`TokenSet::for_harness`] for tests: panics (failing the test) when the files cannot be made.
 pub fn for_test(dir: &Path) -> Option<TokenSet> {
     TokenSet::for_harness(dir).unwrap_or_else(|e| panic!("cannot make the test's tokens: {e}"))

@@ -245,7 +245,8 @@ fn coordinator_after_audit_durable() {
         entry["seq"] == 1
             && entry["action"] == "retry_participant"
             && entry["participant"] == "shipping"
-            && entry["operator"] == "ana",
+            && entry["operator"]
+                == chaos_tests::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
         format!("the durable audit record survives the crash: {audit}"),
     );
     s.assert_committed_once(&order, before);

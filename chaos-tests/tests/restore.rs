@@ -315,7 +315,10 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         (
             Some(1),
             Some("resolve"),
-            Some("ana"),
+            Some(chaos_tests::auth::audited_operator(
+                chaos.cluster.tokens.as_ref(),
+                "ana"
+            )),
             Some("commit"),
             Some(gtid.as_str())
         ),

@@ -214,7 +214,10 @@ async fn run(args: Args) -> Result<()> {
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
         Some(url) => Target {
-            coordinator: Arc::new(endpoint(url, token_of(&args.client)?)?),
+            coordinator: Arc::new(match args.client.tls()? {
+                Some(tls) => endpoint(url, token_of(&args.client)?)?.with_tls(tls),
+                None => endpoint(url, token_of(&args.client)?)?,
+            }),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),
             _cluster: None,
