@@ -1,10 +1,12 @@
 //! The one place the `twopc` command builds its HTTP clients (ctl, lease-worker, audit, bench,
 //! demo): the `--token-file` flag they share and the client that sends its token on every
-//! request. Options every client needs (a CA to trust, say) belong here too.
+//! request, and `--tls-ca`, the only CA whose certificates an `https://` server may show. Every
+//! client follows the outbound policy of `net::outbound`: no redirects, bounded connect time.
 //!
 //! This module must never print or log a token; errors name the file and line, not its text.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use protocol::auth::Token;
@@ -18,6 +20,10 @@ pub struct ClientArgs {
     /// or a `#` comment is used. Without it no token is sent.
     #[arg(long, value_name = "FILE", env = "TWOPC_TOKEN_FILE", global = true)]
     pub token_file: Option<PathBuf>,
+    /// PEM certificate(s) of the CA that https:// servers' certificates must come from;
+    /// nothing else is trusted (without it, https:// URLs fail).
+    #[arg(long, value_name = "FILE", env = "TWOPC_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl ClientArgs {
@@ -33,9 +39,19 @@ impl ClientArgs {
     pub fn with_token_file(file: &Path) -> ClientArgs {
         ClientArgs {
             token_file: Some(file.to_path_buf()),
+            ..ClientArgs::default()
         }
     }
+
+    /// The TLS configuration of `--tls-ca` (none given: none).
+    pub fn tls(&self) -> Result<Option<Arc<net::rustls::ClientConfig>>> {
+        Ok(self.tls_ca.as_deref().map(net::client_config).transpose()?)
+    }
 }
+
+/// Most bytes of one answer `twopc ctl` and `twopc lease-worker` read: far above any answer a
+/// coordinator gives (`ctl list` is bounded by `--limit`), far below what would hurt.
+pub const ANSWER_BYTES_MAX: usize = 16 << 20;
 
 /// A client builder with everything `args` asks for; callers add their own timeouts and
 /// pool sizes and build it.
@@ -49,9 +65,11 @@ pub fn builder(args: &ClientArgs) -> Result<reqwest::ClientBuilder> {
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }
-    Ok(reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .default_headers(headers)
-        .redirect(reqwest::redirect::Policy::none()))
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(net::outbound::CONNECT_TIMEOUT);
+    Ok(net::outbound::with_tls(builder, args.tls()?)?)
 }
 
 /// The client `args` asks for, with a total time limit per request.

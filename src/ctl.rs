@@ -434,8 +434,13 @@ impl Call {
             code: 3,
             message: format!("cannot reach the coordinator at {}: {e}", self.base),
         })?;
-        let status = response.status();
-        let body: Value = response.json().await.map_err(|e| Failed {
+        let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
+            .await
+            .map_err(|e| Failed {
+                code: 1,
+                message: format!("the coordinator at {}: {e}", self.base),
+            })?;
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| Failed {
             code: 1,
             message: format!("HTTP {status}: the answer is not JSON: {e}"),
         })?;

@@ -54,8 +54,13 @@ fn say(event: Value) {
 
 async fn call(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<(u16, Value)> {
     let response = request.send().await.with_context(|| what.to_string())?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or(Value::Null)))
+    let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
+        .await
+        .with_context(|| what.to_string())?;
+    Ok((
+        status.as_u16(),
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {

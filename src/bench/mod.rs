@@ -217,10 +217,14 @@ async fn run(args: Args) -> Result<()> {
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
         Some(url) => Target {
-            coordinator: Arc::new(
-                endpoint(url, token_of(&args.client)?)
-                    .with_context(|| format!("--target-coordinator {url:?}"))?,
-            ),
+            coordinator: Arc::new({
+                let target = endpoint(url, token_of(&args.client)?)
+                    .with_context(|| format!("--target-coordinator {url:?}"))?;
+                match args.client.tls()? {
+                    Some(tls) => target.with_tls(tls),
+                    None => target,
+                }
+            }),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),
             _cluster: None,

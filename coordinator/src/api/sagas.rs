@@ -16,7 +16,7 @@ use protocol::{ErrorCode, digest::Fnv128};
 use crate::api::transactions::{
     LIST_LIMIT_DEFAULT, QueryPairs, is_json, list_limit, query_pairs, txid,
 };
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, json_body};
 use crate::digest::Digest;
 use crate::saga::engine::{SagaReply, SagaWait};
 
@@ -81,7 +81,7 @@ pub async fn create(
             "send the body as Content-Type: application/json",
         ));
     }
-    let request: SagaRequest = serde_json::from_slice(&body).map_err(|e| {
+    let request: SagaRequest = json_body::decode(&body, &["steps"]).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
             format!("the body is not a saga request: {e}"),

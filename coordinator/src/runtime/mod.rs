@@ -41,7 +41,7 @@ use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
-pub use operator::{OperatorError, RetryTarget};
+pub use operator::{OperatorError, RetryTarget, check_operator};
 pub use sagas::{SagaOutcome, SagaShell};
 pub use start::{StartError, recover, recover_on};
 
