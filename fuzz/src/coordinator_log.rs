@@ -2,7 +2,8 @@
 //!
 //! The input is a [`RecordLog`]: a checkpoint snapshot and records as the coordinator would
 //! decode them. The coordinator's real recovery (`runtime::recover_on`, on the simulated
-//! disk) must either refuse with a typed `StartError` or start; a coordinator that started
+//! disk) must either refuse with a typed `StartError` that blames the log (corrupt,
+//! undecodable, epochs exhausted) or start; a coordinator that started
 //! takes a checkpoint of what it rebuilt and must start again on what it left, as the same
 //! coordinator with the next epoch.
 
@@ -40,6 +41,9 @@ fn fresh_data_dir() -> PathBuf {
     let dir = data_dir().join("coordinator");
     // Only the outcome index lives on the real disk; each input starts without one.
     let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        panic!("harness setup: {}: {e}", dir.display());
+    }
     dir
 }
 
@@ -70,11 +74,14 @@ pub fn run(input: &[u8]) {
     config.fsync = false;
     let first = match start(&sim, &config) {
         Ok(identity) => identity,
-        // A typed refusal is a right answer to a log that makes no sense.
-        Err(refused) => {
-            let _ = refused.to_string();
-            return;
-        }
+        // A refusal that says the log is bad is the right answer to a log that makes no
+        // sense; anything else (the outcome index, the log's I/O) is the harness's fault.
+        Err(
+            StartError::Corrupt(_)
+            | StartError::Undecodable { .. }
+            | StartError::EpochExhausted { .. },
+        ) => return,
+        Err(other) => panic!("the start failed for a reason other than the log: {other}"),
     };
     match start(&sim, &config) {
         Ok(second) => {
