@@ -6,7 +6,9 @@
 #   docker/compose-test.sh            # builds the images offline first (docker/build-offline.sh)
 #   TWOPC_SKIP_BUILD=1 docker/compose-test.sh   # reuse the twopc:latest image already built
 #
-# Steps: offline build; cluster up and healthy; the loadgen container starts the checkout workload;
+# Steps: offline build; cluster up and healthy (the `tokens` service wrote the token files into
+# their volume once; every service starts with them); without the operator token the API answers
+# 401, with it (copied out of the volume) curl and `twopc ctl` get answers; the loadgen container starts the checkout workload;
 # during it: `docker kill` the coordinator and start it again, `docker kill` a participant
 # (inventory) and start it again, `docker network disconnect` a participant (payments) for a few
 # seconds and reconnect it; the loadgen must exit 0 (its audit of every invariant of the chaos
@@ -233,6 +235,32 @@ curl -fsS -m 2 "$COORDINATOR/healthz" >/dev/null || fail "coordinator /healthz n
 curl -fsS -m 2 "$COORDINATOR/metrics" | grep -q '^twopc_coordinator_ready 1' \
     || fail "coordinator /metrics on the published port does not say ready"
 log "coordinator API and /metrics published on $COORDINATOR"
+
+step "authentication: token files from the tokens volume; 401 without, answers with"
+# The set the `tokens` service wrote (once): copied out for this host's curl, readable by us only.
+(umask 077 && dc run --rm --no-deps -T --entrypoint cat tokens /tokens/operator.tokens \
+    >"$WORK/operator.tokens") || fail "cannot read operator.tokens from the tokens volume"
+dc run --rm --no-deps -T --entrypoint sh tokens -c 'ls -ln /tokens' >"$WORK/tokens.ls" \
+    || fail "cannot list the tokens volume"
+sed 's/^/    tokens volume| /' "$WORK/tokens.ls"
+awk 'NR > 1 && $1 != "-rw-------" {bad = 1} END {exit bad}' "$WORK/tokens.ls" \
+    || fail "a token file is readable by others than its owner"
+OPERATOR_TOKEN=$(awk '!/^#/ && NF {print $NF; exit}' "$WORK/operator.tokens")
+[[ ${#OPERATOR_TOKEN} -ge 16 ]] || fail "no operator token in the tokens volume"
+status=$(curl -s -o "$WORK/unauthorized.json" -w '%{http_code}' -m 5 "$COORDINATOR/v1/transactions")
+[[ $status == 401 ]] && grep -q '"error":"unauthorized"' "$WORK/unauthorized.json" \
+    || fail "GET /v1/transactions without a token answered $status: $(cat "$WORK/unauthorized.json")"
+log "without a token: 401 unauthorized"
+# The token goes in a header file, not onto a command line.
+printf 'authorization: Bearer %s\n' "$OPERATOR_TOKEN" >"$WORK/auth.header"
+chmod 600 "$WORK/auth.header"
+status=$(curl -s -o /dev/null -w '%{http_code}' -m 5 -H @"$WORK/auth.header" "$COORDINATOR/v1/transactions")
+[[ $status == 200 ]] || fail "GET /v1/transactions with the operator token answered $status"
+log "with the operator token: 200"
+dct 60 run --rm --no-deps -T loadgen ctl --coordinator=http://coordinator:8080 \
+    --token-file=/tokens/operator.tokens list >"$WORK/ctl.out" 2>&1 \
+    || fail "twopc ctl list with the operator token failed: $(cat "$WORK/ctl.out")"
+log "twopc ctl list with --token-file from the volume: exit 0"
 
 step "loadgen starts: $ORDERS checkout orders, $CONCURRENCY at a time"
 dct 60 up -d --no-build --no-deps loadgen

@@ -17,6 +17,8 @@ pub struct Args {
     pub record: PathBuf,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
     /// How long in-doubt transactions may take to resolve before liveness fails, in seconds.
     #[arg(long, default_value_t = 30)]
     pub settle_s: u64,
@@ -37,9 +39,7 @@ async fn run(args: Args) -> Result<bool> {
         .with_context(|| format!("cannot read {}", args.record.display()))?;
     let record: RunRecord = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a run record", args.record.display()))?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let client = crate::client::build(&args.client, Duration::from_secs(30))?;
     let report = audit::audit(
         &client,
         &urls,

@@ -24,6 +24,8 @@ pub struct Args {
     /// Print the coordinator's JSON instead of the readable form.
     #[arg(long, global = true)]
     pub json: bool,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
     #[command(subcommand)]
     pub command: CtlCommand,
 }
@@ -142,12 +144,10 @@ pub fn main(args: Args) -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Failed> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| Failed {
-            code: 1,
-            message: e.to_string(),
+    let client =
+        crate::client::build(&args.client, Duration::from_secs(30)).map_err(|e| Failed {
+            code: 2,
+            message: format!("{e:#}"),
         })?;
     let base = args.coordinator.trim_end_matches('/').to_string();
     let call = Call {
@@ -434,8 +434,13 @@ impl Call {
             code: 3,
             message: format!("cannot reach the coordinator at {}: {e}", self.base),
         })?;
-        let status = response.status();
-        let body: Value = response.json().await.map_err(|e| Failed {
+        let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
+            .await
+            .map_err(|e| Failed {
+                code: 1,
+                message: format!("the coordinator at {}: {e}", self.base),
+            })?;
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| Failed {
             code: 1,
             message: format!("HTTP {status}: the answer is not JSON: {e}"),
         })?;

@@ -40,6 +40,8 @@ pub struct Args {
     /// Give up acquiring after this long (the lease stays held by someone else).
     #[arg(long, default_value_t = 30_000)]
     acquire_timeout_ms: u64,
+    #[command(flatten)]
+    client: crate::client::ClientArgs,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -52,14 +54,17 @@ fn say(event: Value) {
 
 async fn call(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<(u16, Value)> {
     let response = request.send().await.with_context(|| what.to_string())?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or(Value::Null)))
+    let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
+        .await
+        .with_context(|| what.to_string())?;
+    Ok((
+        status.as_u16(),
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let client = crate::client::build(&args.client, Duration::from_secs(10))?;
     let lease_url = format!("{}/v1/leases/{}", args.coordinator, args.lease);
     let started = Instant::now();
     let token = loop {

@@ -3,6 +3,7 @@
 mod async_main;
 mod audit_cmd;
 mod bench;
+mod client;
 mod ctl;
 mod demo;
 mod latency;
@@ -10,6 +11,7 @@ mod lease_worker;
 mod metrics_text;
 mod saga_cmd;
 mod target;
+mod tokens_cmd;
 mod wal_cmd;
 
 use std::process::ExitCode;
@@ -54,6 +56,8 @@ enum Command {
     /// A lease holder that acquires, renews and writes through a fence (tests, docs/leases.md).
     #[command(hide = true)]
     LeaseWorker(lease_worker::Args),
+    /// Write a fresh set of token files (peer, client, operator) for a cluster.
+    Tokens(tokens_cmd::Args),
     /// Look at a write-ahead log directory.
     #[command(subcommand)]
     Wal(wal_cmd::WalCommand),
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::main(args),
         Command::Saga(command) => saga_cmd::main(command),
         Command::LeaseWorker(args) => lease_worker::main(args),
+        Command::Tokens(args) => tokens_cmd::main(args),
     }
 }
 

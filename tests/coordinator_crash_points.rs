@@ -23,7 +23,9 @@ fn calm() -> Vec<(String, String)> {
 
 /// Submits and returns the answer, or `None` when the process died before answering.
 async fn try_submit(c: &Coordinator, body: &Value) -> Option<Value> {
-    let response = reqwest::Client::new()
+    let response = c
+        .node
+        .http()
         .post(format!("{}/v1/transactions", c.url()))
         .json(body)
         .timeout(Duration::from_secs(20))
@@ -104,7 +106,12 @@ async fn every_coordinator_crash_point_recovers_to_the_right_outcome() {
                 assert!(prepared.is_empty(), "{point}: prepared {prepared:?}");
                 let (status, body) = c.get(&format!("/v1/transactions/{txid}")).await;
                 assert_eq!(status, 404, "{point}: {body}");
-                let (_, bare) = c.get(&format!("/v1/transactions/{txid}/decision")).await;
+                let (_, bare) = c
+                    .get_as(
+                        protocol::auth::Kind::Peer,
+                        &format!("/v1/transactions/{txid}/decision"),
+                    )
+                    .await;
                 assert_eq!(bare["decision"], "unknown", "{point}: {bare}");
             } else {
                 assert!(!prepared.is_empty(), "{point}: no prepare was sent");

@@ -73,7 +73,12 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
         a.prepare_of("order-1")["incarnation"]
     );
     // A bare query names no attempt: the coordinator cannot prove anything about it.
-    let (_, bare) = c.get("/v1/transactions/order-1/decision").await;
+    let (_, bare) = c
+        .get_as(
+            protocol::auth::Kind::Peer,
+            "/v1/transactions/order-1/decision",
+        )
+        .await;
     assert_eq!(bare["decision"], "unknown", "{bare}");
 
     // Without an id the coordinator makes one; the default wait is for the decision only.

@@ -158,9 +158,9 @@ async fn sigkill_while_preparing_then_recovery_aborts_at_every_participant() {
     let mut request = two_party("order-limbo", &a, &b);
     request["timeout_ms"] = json!(120_000);
     let url = format!("{}/v1/transactions", c.url());
+    let http = c.node.http();
     let client = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
+        http.post(url)
             .json(&request)
             .send()
             .await

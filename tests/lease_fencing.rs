@@ -24,7 +24,15 @@ struct Worker {
 
 impl Worker {
     fn start(c: &Node, p: &Node, holder: &str, extra: &[&str]) -> Worker {
-        let mut child = Command::new(plain())
+        let mut command = Command::new(plain());
+        // A lease holder is a client: it sends the client token (leases, fenced writes).
+        if let Some(tokens) = c.tokens() {
+            command.env(
+                "TWOPC_TOKEN_FILE",
+                tokens.path(protocol::auth::Kind::Client),
+            );
+        }
+        let mut child = command
             .args([
                 "lease-worker",
                 "--coordinator",
@@ -125,7 +133,7 @@ async fn a_holder_paused_past_its_ttl_loses_its_delayed_write_to_the_next_holder
         "{stale}"
     );
     assert_eq!(blocking(|| a.exit_code()), Some(3));
-    let (status, stored) = send(reqwest::Client::new().get(format!("{}/v1/kv/orders", p.url())))
+    let (status, stored) = send(p.http().get(format!("{}/v1/kv/orders", p.url())))
         .await
         .unwrap();
     assert_eq!(

@@ -47,6 +47,7 @@ fn participant(dir: &Path, coordinator: Option<&str>, failpoint: &str) -> Node {
         env: vec![("FAILPOINTS".into(), format!("{failpoint}=return"))],
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         log_path: dir.join("inventory.log"),
+        tokens: chaos_tests::auth::for_test(dir),
     });
     blocking(|| node.wait_ready(Duration::from_secs(60))).unwrap();
     node
@@ -66,7 +67,8 @@ fn restart_disarmed(node: &mut Node) {
 }
 
 async fn post(node: &Node, path: &str, body: Value) -> Result<(u16, Value), reqwest::Error> {
-    let response = reqwest::Client::new()
+    let response = node
+        .http_as(protocol::auth::Kind::Peer)
         .post(format!("{}{path}", node.url()))
         .json(&body)
         .send()
@@ -76,7 +78,9 @@ async fn post(node: &Node, path: &str, body: Value) -> Result<(u16, Value), reqw
 }
 
 async fn get(node: &Node, path: &str) -> Value {
-    reqwest::get(format!("{}{path}", node.url()))
+    node.http()
+        .get(format!("{}{path}", node.url()))
+        .send()
         .await
         .unwrap()
         .json()

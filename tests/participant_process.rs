@@ -32,6 +32,7 @@ fn spec(dir: &Path, name: &str, seed: &str) -> NodeSpec {
         env: Vec::new(),
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         log_path: dir.join(format!("{name}.log")),
+        tokens: chaos_tests::auth::for_test(dir),
     }
 }
 
@@ -44,7 +45,7 @@ fn gtid(position: u64) -> String {
 }
 
 async fn post(node: &Node, path: &str, body: Value) -> Value {
-    reqwest::Client::new()
+    node.http_as(protocol::auth::Kind::Peer)
         .post(format!("{}{path}", node.url()))
         .json(&body)
         .send()
@@ -56,7 +57,9 @@ async fn post(node: &Node, path: &str, body: Value) -> Value {
 }
 
 async fn stock(node: &Node) -> Value {
-    reqwest::get(format!("{}/v1/kv/stock", node.url()))
+    node.http()
+        .get(format!("{}/v1/kv/stock", node.url()))
+        .send()
         .await
         .unwrap()
         .json::<Value>()

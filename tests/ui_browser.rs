@@ -45,6 +45,8 @@ fn browse(url: &str, screenshot: Option<&Path>) -> String {
         "--disable-gpu",
         "--disable-dev-shm-usage",
         "--no-first-run",
+        // The login page of `ui_entry` opens a window without a user's click.
+        "--disable-popup-blocking",
         "--virtual-time-budget=4000",
         "--window-size=1280,1000",
     ]);
@@ -60,6 +62,43 @@ fn browse(url: &str, screenshot: Option<&Path>) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What Chromium opens to see `/ui` of `c`. With tokens on: a page in `dir` (mode 0600, so the
+/// token stays in a file and off every command line) that logs in as an operator would at the
+/// browser's prompt: it opens `/ui` with the operator's name and token in the URL (the browser
+/// answers /ui's Basic challenge with them and keeps them for the origin), then loads `/ui`
+/// itself without them. The page's own requests then carry the kept credentials, as after a
+/// prompt. (A page whose own URL holds credentials cannot `fetch` a relative path at all.)
+/// Without tokens: `/ui` itself.
+fn ui_entry(c: &Coordinator, dir: &Path) -> String {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(tokens) = c.node.tokens() else {
+        return format!("{}/ui", c.url());
+    };
+    let addr = c.node.spec().addr;
+    let login = format!(
+        "http://{}:{}@{addr}/ui",
+        chaos_tests::auth::OPERATOR_NAME,
+        tokens.operator.expose()
+    );
+    let page = format!("http://{addr}/ui");
+    let path = dir.join(format!("open-ui-{}.html", addr.port()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    write!(
+        file,
+        "<!doctype html><script>window.open({login:?}); \
+         setTimeout(function () {{ location.replace({page:?}); }}, 500);</script>"
+    )
+    .unwrap();
+    format!("file://{}", path.display())
 }
 
 /// The text of the table with `id` in a dumped DOM.
@@ -90,7 +129,7 @@ async fn the_live_page_shows_stuck_work_and_a_participant_that_is_down() {
     // inventory holds an attempt of another coordinator in doubt.
     a.pretend("order-ghost", "c-elsewhere:00000000000000aa:3", "prepared");
 
-    let url = format!("{}/ui", c.url());
+    let url = ui_entry(&c, dir.path());
     let dom = tokio::task::spawn_blocking(move || browse(&url, None))
         .await
         .unwrap();
@@ -116,10 +155,23 @@ async fn the_live_page_shows_stuck_work_and_a_participant_that_is_down() {
         "payments is shown unreachable:\n{participants}"
     );
 
+    if c.node.tokens().is_some() {
+        // Without the operator's credentials the browser gets no page (headless, it cannot
+        // answer the Basic prompt): nothing of what the operator saw above.
+        let plain = format!("{}/ui", c.url());
+        let refused = tokio::task::spawn_blocking(move || browse(&plain, None))
+            .await
+            .unwrap();
+        assert!(
+            !refused.contains("<table id=\"stuck\"") && !refused.contains("order-stuck"),
+            "{refused}"
+        );
+    }
+
     let shot = std::env::var_os("TWOPC_UI_SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.path().join("ui.png"));
-    let url = format!("{}/ui", c.url());
+    let url = ui_entry(&c, dir.path());
     let target = shot.clone();
     tokio::task::spawn_blocking(move || browse(&url, Some(&target)))
         .await
@@ -151,7 +203,7 @@ async fn the_live_page_renders_with_ten_thousand_live_transactions() {
         ],
     );
     let started = Instant::now();
-    let client = reqwest::Client::new();
+    let client = c.node.http();
     let url = format!("{}/v1/transactions", c.url());
     let mut pending = futures_like::Window::new(64);
     for i in 0..LIVE {
@@ -167,7 +219,7 @@ async fn the_live_page_renders_with_ten_thousand_live_transactions() {
     pending.drain().await;
     let loaded = started.elapsed();
 
-    let ui = format!("{}/ui", c.url());
+    let ui = ui_entry(&c, dir.path());
     let (dom, page) = tokio::task::spawn_blocking(move || {
         let t = Instant::now();
         let dom = browse(&ui, None);

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::audit::ClusterUrls;
+use crate::auth::TokenSet;
 use crate::checkout::{CheckoutConfig, INVENTORY, PAYMENTS, SHIPPING};
 use crate::node::{Node, NodeSpec, free_port};
 
@@ -25,6 +26,8 @@ pub enum ClusterError {
     NotReady(String),
     #[error("no participant named {0} in this cluster")]
     NoSuchParticipant(String),
+    #[error("cannot make the cluster's tokens: {0}")]
+    Tokens(#[from] crate::auth::TokenSetError),
 }
 
 type Result<T> = std::result::Result<T, ClusterError>;
@@ -94,6 +97,9 @@ pub struct LocalCluster {
     pub coordinator: Node,
     pub participants: Vec<(String, Node)>,
     pub log_dir: PathBuf,
+    /// Every process's token files (in `<data dir>/tokens`); `None` with
+    /// `TWOPC_HARNESS_AUTH=off`.
+    pub tokens: Option<TokenSet>,
 }
 
 /// The participants, started and ready, before the coordinator exists.
@@ -102,6 +108,7 @@ pub struct Participants {
     nodes: Vec<(String, Node)>,
     coordinator_addr: std::net::SocketAddr,
     log_dir: PathBuf,
+    tokens: Option<TokenSet>,
 }
 
 impl Participants {
@@ -111,6 +118,11 @@ impl Participants {
             .iter()
             .map(|(name, node)| (name.clone(), node.url()))
             .collect()
+    }
+
+    /// Their token files (the coordinator gets the same).
+    pub fn tokens(&self) -> Option<&TokenSet> {
+        self.tokens.as_ref()
     }
 }
 
@@ -149,6 +161,7 @@ impl LocalCluster {
         std::fs::create_dir_all(&log_dir).map_err(files(&log_dir))?;
         std::fs::create_dir_all(&seed_dir).map_err(files(&seed_dir))?;
 
+        let tokens = TokenSet::for_harness(&spec.data_dir)?;
         let coordinator_url = format!("http://{coordinator_addr}");
         let mut nodes = Vec::new();
         for name in &spec.participants {
@@ -191,6 +204,7 @@ impl LocalCluster {
                 env: spec.env_of(name),
                 addr,
                 log_path: log_dir.join(format!("{name}.log")),
+                tokens: tokens.clone(),
             });
             nodes.push((name.clone(), node));
         }
@@ -202,6 +216,7 @@ impl LocalCluster {
             nodes,
             coordinator_addr,
             log_dir,
+            tokens,
         })
     }
 
@@ -229,11 +244,13 @@ impl LocalCluster {
             env: spec.env_of("coordinator"),
             addr: participants.coordinator_addr,
             log_path: participants.log_dir.join("coordinator.log"),
+            tokens: participants.tokens.clone(),
         });
         let mut cluster = LocalCluster {
             coordinator,
             participants: participants.nodes,
             log_dir: participants.log_dir,
+            tokens: participants.tokens,
         };
         cluster
             .coordinator
@@ -270,6 +287,11 @@ impl LocalCluster {
         for (_, node) in &mut self.participants {
             node.terminate(Duration::from_secs(10));
         }
+    }
+
+    /// An HTTP client that sends the cluster's operator token (none with auth off).
+    pub fn http(&self) -> reqwest::ClientBuilder {
+        crate::auth::http_client(self.tokens.as_ref())
     }
 
     pub fn coordinator_url(&self) -> String {

@@ -42,6 +42,7 @@ fn node(
         env,
         addr: addr.parse().unwrap(),
         log_path: dir.join(format!("{name}.log")),
+        tokens: crate::auth::for_test(dir),
     });
     blocking(|| node.wait_ready(Duration::from_secs(60))).unwrap();
     node
@@ -87,7 +88,7 @@ pub async fn acquire(
 ) -> Result<(u16, Value), reqwest::Error> {
     let body = json!({"holder": holder, "ttl_ms": ttl_ms});
     send(
-        reqwest::Client::new()
+        c.http()
             .post(format!("{}/v1/leases/{name}", c.url()))
             .json(&body),
     )
@@ -102,10 +103,5 @@ pub async fn fenced_put(
     op_id: &str,
 ) -> Result<(u16, Value), reqwest::Error> {
     let body = json!({"value": value, "fence": {"resource": "orders-partition-3", "token": token}, "op_id": op_id});
-    send(
-        reqwest::Client::new()
-            .put(format!("{}/v1/kv/{key}", p.url()))
-            .json(&body),
-    )
-    .await
+    send(p.http().put(format!("{}/v1/kv/{key}", p.url())).json(&body)).await
 }

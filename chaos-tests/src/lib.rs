@@ -6,6 +6,7 @@
 //! command lines and data directories, the way an operator would.
 
 pub mod audit;
+pub mod auth;
 pub mod binary;
 pub mod checkout;
 pub mod cluster;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 pub use crate::ports::free_port;
 
+use crate::auth::TokenSet;
+
 /// What to start: the binary, its arguments, extra environment, and where it listens.
 #[derive(Debug, Clone)]
 pub struct NodeSpec {
@@ -22,6 +24,9 @@ pub struct NodeSpec {
     pub addr: SocketAddr,
     /// stdout and stderr of every run are appended here.
     pub log_path: PathBuf,
+    /// For a coordinator or participant: the token files it is started with (their flags are
+    /// added to `args`), and what [`Node::http`] sends. `None`: authentication off.
+    pub tokens: Option<TokenSet>,
 }
 
 /// A running (or stopped) node. Dropping it kills the process.
@@ -57,6 +62,27 @@ impl Node {
         format!("http://{}", self.spec.addr)
     }
 
+    /// The token files it was started with.
+    pub fn tokens(&self) -> Option<&TokenSet> {
+        self.spec.tokens.as_ref()
+    }
+
+    /// An HTTP client that sends this node's token of `kind` (the peer token for the protocol
+    /// routes), or none when it runs without authentication.
+    pub fn http_as(&self, kind: protocol::auth::Kind) -> reqwest::Client {
+        crate::auth::http_client_as(self.tokens().map(|t| t.token(kind)))
+            .build()
+            .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
+    }
+
+    /// An HTTP client that sends this node's operator token (operators may call every client
+    /// route too), or none when it runs without authentication.
+    pub fn http(&self) -> reqwest::Client {
+        crate::auth::http_client(self.tokens())
+            .build()
+            .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
+    }
+
     /// The process's resident memory in KiB (`VmRSS` in /proc), if it runs and Linux says.
     pub fn rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
@@ -82,6 +108,7 @@ impl Node {
             .unwrap_or_else(|e| panic!("cannot clone log handle: {e}"));
         let child = Command::new(&self.spec.binary)
             .args(&self.spec.args)
+            .args(self.spec.tokens.iter().flat_map(TokenSet::server_args))
             .envs(self.spec.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(log)

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::auth::TokenSet;
 use crate::binary::failpoints_binary;
 use crate::node::{Node, NodeSpec, free_port};
 use crate::postgres::{PgServer, psql_url};
@@ -105,6 +106,7 @@ pub fn pg_participant(
         env,
         addr,
         log_path: dir.join(format!("{name}.log")),
+        tokens: crate::auth::for_test(dir),
     })
 }
 
@@ -137,13 +139,20 @@ pub fn coordinator(
         env,
         addr,
         log_path: dir.join("coordinator.log"),
+        tokens: crate::auth::for_test(dir),
     })
 }
 
-/// A blocking JSON POST: `(status, body)`; status 0 when the server could not be reached.
-pub fn post(url: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+/// A blocking JSON POST with the token `tokens` hold for `url` (the peer token on protocol
+/// routes, else the operator's): `(status, body)`; status 0 when the server could not be
+/// reached.
+pub fn post(
+    tokens: Option<&TokenSet>,
+    url: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
     block_on(async {
-        let client = reqwest::Client::builder()
+        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
@@ -158,10 +167,15 @@ pub fn post(url: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
     })
 }
 
-/// A blocking JSON GET: `(status, body)`; status 0 when the server could not be reached.
-pub fn get(url: &str) -> (u16, serde_json::Value) {
+/// A blocking JSON GET, with a token as [`post`]: `(status, body)`; status 0 when the server
+/// could not be reached.
+pub fn get(tokens: Option<&TokenSet>, url: &str) -> (u16, serde_json::Value) {
     block_on(async {
-        match reqwest::get(url).await {
+        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_default();
+        match client.get(url).send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
                 let body = response.json().await.unwrap_or(serde_json::Value::Null);
@@ -292,6 +306,7 @@ pub fn rig(server: PgServer, armed: Option<(&str, &str)>) -> PgRig {
 impl PgRig {
     pub fn submit(&self, id: &str) -> (u16, serde_json::Value) {
         post(
+            self.coordinator.tokens(),
             &format!("{}/v1/transactions", self.coordinator.url()),
             &transfer(id, "bank_a", "a0", "bank_b", "a0", 10),
         )
@@ -320,7 +335,10 @@ impl PgRig {
     }
 
     pub fn all_acked(&self, id: &str) -> bool {
-        let (_, status) = get(&format!("{}/v1/transactions/{id}", self.coordinator.url()));
+        let (_, status) = get(
+            self.coordinator.tokens(),
+            &format!("{}/v1/transactions/{id}", self.coordinator.url()),
+        );
         status["participants"]
             .as_array()
             .is_some_and(|ps| ps.iter().all(|p| p["acked"] == json!(true)))

@@ -245,7 +245,8 @@ fn coordinator_after_audit_durable() {
         entry["seq"] == 1
             && entry["action"] == "retry_participant"
             && entry["participant"] == "shipping"
-            && entry["operator"] == "ana",
+            && entry["operator"]
+                == chaos_tests::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
         format!("the durable audit record survives the crash: {audit}"),
     );
     s.assert_committed_once(&order, before);
@@ -696,7 +697,7 @@ async fn coordinator_lease_logged_not_answered() {
     restart_disarmed(&mut c);
     // The unanswered grant is durable: it holds (a full TTL from the restart) and its token is
     // never handed out again.
-    let (status, held) = send(reqwest::Client::new().get(format!("{}/v1/leases/orders", c.url())))
+    let (status, held) = send(c.http().get(format!("{}/v1/leases/orders", c.url())))
         .await
         .unwrap();
     assert_eq!(
@@ -741,7 +742,7 @@ async fn participant_after_fenced_write_logged() {
     );
     let (status, again) = fenced_put(&p, "orders", "a", 7, "w-1").await.unwrap();
     assert_eq!((status, again["version"].as_u64()), (200, Some(1)));
-    let (_, stored) = send(reqwest::Client::new().get(format!("{}/v1/kv/orders", p.url())))
+    let (_, stored) = send(p.http().get(format!("{}/v1/kv/orders", p.url())))
         .await
         .unwrap();
     assert_eq!(
@@ -798,7 +799,7 @@ fn pg_participant_after_prepare_transaction() {
         1,
         "resolved without the coordinator"
     );
-    let (_, listed) = pg::get(&format!("{}/v1/prepared", rig.a.url()));
+    let (_, listed) = pg::get(rig.a.tokens(), &format!("{}/v1/prepared", rig.a.url()));
     assert_eq!(
         listed["prepared"][0]["txid"], "pg-kill-prepared",
         "{listed}"

@@ -57,6 +57,7 @@ fn the_protocol_maps_onto_prepare_transaction() {
     // holding its row lock; nothing is visible before the commit.
     let debit = json!([{"statement": "debit", "params": ["a0", 10]}]);
     let (status, vote) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(1, debit.clone()),
     );
@@ -70,12 +71,13 @@ fn the_protocol_maps_onto_prepare_transaction() {
     assert!(locked.is_err_and(|e| e.contains("could not obtain lock")));
     // A repeated prepare of the same attempt is the same yes, not a second transaction.
     let (_, again) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(1, debit.clone()),
     );
     assert_eq!(again, json!({"vote": "yes"}));
     // /v1/prepared lists it with its age and what a decision query needs.
-    let (_, listed) = get(&format!("{url}/v1/prepared"));
+    let (_, listed) = get(node.tokens(), &format!("{url}/v1/prepared"));
     let entry = &listed["prepared"][0];
     assert_eq!(entry["gid"], format!("twopc:bank:{}", gtid(1)));
     assert_eq!(entry["txid"], "t1");
@@ -86,21 +88,34 @@ fn the_protocol_maps_onto_prepare_transaction() {
 
     // Commit: applied once; a resend is acked without applying again.
     for _ in 0..2 {
-        let (status, ack) = post(&format!("{url}/2pc/commit"), &decision_body(1, 2));
+        let (status, ack) = post(
+            node.tokens(),
+            &format!("{url}/2pc/commit"),
+            &decision_body(1, 2),
+        );
         assert_eq!((status, ack), (200, json!({"ack": true})));
     }
     assert_eq!(balance(&db, "a0"), 90);
     assert!(prepared_gids(&db).is_empty());
 
     // A commit for an attempt never prepared is 409, never an ack.
-    let (status, body) = post(&format!("{url}/2pc/commit"), &decision_body(2, 2));
+    let (status, body) = post(
+        node.tokens(),
+        &format!("{url}/2pc/commit"),
+        &decision_body(2, 2),
+    );
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"], "not_prepared");
 
     // An abort before the prepare leaves a tombstone: the late prepare votes no.
-    let (status, _) = post(&format!("{url}/2pc/abort"), &decision_body(3, 2));
+    let (status, _) = post(
+        node.tokens(),
+        &format!("{url}/2pc/abort"),
+        &decision_body(3, 2),
+    );
     assert_eq!(status, 200);
     let (_, late) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(3, debit.clone()),
     );
@@ -112,18 +127,24 @@ fn the_protocol_maps_onto_prepare_transaction() {
 
     // Prepare then abort: rolled back, twice acked.
     let (_, vote) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(4, debit.clone()),
     );
     assert_eq!(vote["vote"], "yes");
     for _ in 0..2 {
-        let (status, _) = post(&format!("{url}/2pc/abort"), &decision_body(4, 2));
+        let (status, _) = post(
+            node.tokens(),
+            &format!("{url}/2pc/abort"),
+            &decision_body(4, 2),
+        );
         assert_eq!(status, 200);
     }
     assert_eq!(balance(&db, "a0"), 90);
 
     // Votes no with the database's reason: a row count other than expect_rows, a constraint.
     let (_, no) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(5, json!([{"statement": "debit", "params": ["a0", 1000]}])),
     );
@@ -136,6 +157,7 @@ fn the_protocol_maps_onto_prepare_transaction() {
         "{no}"
     );
     let (_, no) = post(
+        node.tokens(),
         &format!("{url}/2pc/prepare"),
         &prepare_body(
             6,
@@ -153,7 +175,11 @@ fn the_protocol_maps_onto_prepare_transaction() {
     assert!(prepared_gids(&db).is_empty());
 
     // A stale epoch is fenced.
-    let (status, body) = post(&format!("{url}/2pc/commit"), &decision_body(1, 1));
+    let (status, body) = post(
+        node.tokens(),
+        &format!("{url}/2pc/commit"),
+        &decision_body(1, 1),
+    );
     assert_eq!((status, body["error"].as_str()), (409, Some("stale_epoch")));
     assert_eq!(total_balance(&db), 190);
     node.terminate(Duration::from_secs(10));
@@ -189,7 +215,7 @@ fn bad_input_is_refused_before_any_sql() {
         (json!([{"sql": "DROP TABLE accounts"}]), "malformed"),
     ];
     for (position, (ops, expected)) in (10..).zip(cases) {
-        let (status, body) = post(&url, &prepare_body(position, ops.clone()));
+        let (status, body) = post(node.tokens(), &url, &prepare_body(position, ops.clone()));
         assert_eq!(status, 422, "{ops}: {body}");
         assert_eq!(body["error"], "invalid_payload");
         assert!(
@@ -202,7 +228,7 @@ fn bad_input_is_refused_before_any_sql() {
     // A gtid that would make a gid over PostgreSQL's limit is refused at the door.
     let mut long = prepare_body(20, json!([{"statement": "debit", "params": ["a0", 1]}]));
     long["gtid"] = json!(format!("{}:{INCARNATION}:1", "c".repeat(190)));
-    let (status, body) = post(&url, &long);
+    let (status, body) = post(node.tokens(), &url, &long);
     assert!((400..500).contains(&status), "{status} {body}");
     assert!(
         body["message"].as_str().unwrap().contains("limit"),
@@ -285,10 +311,13 @@ fn a_full_prepared_transaction_table_votes_no_with_the_reason() {
     let url = format!("{}/2pc/prepare", node.url());
     for (position, account) in [(1, "a0"), (2, "a1")] {
         let ops = json!([{"statement": "debit", "params": [account, 1]}]);
-        assert_eq!(post(&url, &prepare_body(position, ops)).1["vote"], "yes");
+        assert_eq!(
+            post(node.tokens(), &url, &prepare_body(position, ops)).1["vote"],
+            "yes"
+        );
     }
     let ops = json!([{"statement": "debit", "params": ["a2", 1]}]);
-    let (_, vote) = post(&url, &prepare_body(3, ops));
+    let (_, vote) = post(node.tokens(), &url, &prepare_body(3, ops));
     assert_eq!(vote["vote"], "no", "{vote}");
     let reason = vote["reason"].as_str().unwrap();
     assert!(reason.starts_with("prepared_transactions_full"), "{reason}");

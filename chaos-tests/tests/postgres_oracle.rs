@@ -88,6 +88,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
         env: Vec::new(),
         addr: ledger_addr,
         log_path: dir.path().join("ledger.log"),
+        tokens: chaos_tests::auth::for_test(dir.path()),
     });
     for node in [&mut a, &mut b, &mut ledger] {
         node.wait_ready(READY_TIMEOUT).unwrap();
@@ -146,6 +147,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
     let threads: Vec<_> = (0..CLIENTS)
         .map(|client| {
             let heard = Arc::clone(&heard);
+            let tokens = coordinator.tokens().cloned();
             let url = format!("{coordinator_url}/v1/transactions");
             std::thread::spawn(move || {
                 let mut rng = fastrand::Rng::with_seed(client);
@@ -163,7 +165,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
                             {"statement": "record", "params": [id]}]}},
                         {"name": "ledger", "payload": {"ops": [
                             {"op": "put", "key": format!("t:{id}"), "value": amount}]}}]});
-                    let (status, answer) = post(&url, &body);
+                    let (status, answer) = post(tokens.as_ref(), &url, &body);
                     let outcome = match (status, answer["outcome"].as_str()) {
                         (200, Some(outcome)) => outcome.to_string(),
                         _ => "unknown".to_string(),
@@ -191,7 +193,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
         })
         .sum();
     let settled = eventually(SETTLE * 2, || {
-        let (_, kv) = get(&format!("{}/v1/prepared", ledger.url()));
+        let (_, kv) = get(ledger.tokens(), &format!("{}/v1/prepared", ledger.url()));
         prepared_gids(&db_a).is_empty()
             && prepared_gids(&db_b).is_empty()
             && kv["prepared"].as_array().is_some_and(Vec::is_empty)
@@ -217,7 +219,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
     let mut committed = 0;
     let mut problems = Vec::new();
     for (id, outcome) in &heard {
-        let (status, _) = get(&format!("{}/v1/kv/t:{id}", ledger.url()));
+        let (status, _) = get(ledger.tokens(), &format!("{}/v1/kv/t:{id}", ledger.url()));
         let places = [in_a.contains(id), in_b.contains(id), status == 200];
         if places != [true; 3] && places != [false; 3] {
             problems.push(format!(

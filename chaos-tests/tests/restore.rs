@@ -216,6 +216,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     // shipping applies it when it next asks.
     let coordinator = chaos.cluster.coordinator_url();
     let (code, _, refused) = ctl(
+        &chaos,
         &coordinator,
         &[
             "resolve",
@@ -231,7 +232,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         refused.contains("contradicts_evidence") && refused.contains("committed this attempt"),
         "the refusal names the evidence: {refused}"
     );
-    let (code, shown, err) = ctl(&coordinator, &["--json", "show", &x.id]);
+    let (code, shown, err) = ctl(&chaos, &coordinator, &["--json", "show", &x.id]);
     assert_eq!(code, Some(0), "{err}");
     let shown: Value = serde_json::from_str(&shown).expect("show --json prints JSON");
     let states: Vec<&str> = shown["evidence"]["participants"]
@@ -256,6 +257,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         "{shown}"
     );
     let (code, resolved, err) = ctl(
+        &chaos,
         &coordinator,
         &[
             "resolve",
@@ -293,7 +295,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     chaos.restart_no_wait(COORDINATOR, Vec::new());
     let deadline = Instant::now() + WAIT;
     let audit = loop {
-        let (code, out, _) = ctl(&coordinator, &["--json", "audit"]);
+        let (code, out, _) = ctl(&chaos, &coordinator, &["--json", "audit"]);
         if code == Some(0) {
             break out;
         }
@@ -313,13 +315,17 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         (
             Some(1),
             Some("resolve"),
-            Some("ana"),
+            Some(chaos_tests::auth::audited_operator(
+                chaos.cluster.tokens.as_ref(),
+                "ana"
+            )),
             Some("commit"),
             Some(gtid.as_str())
         ),
         "{audit}"
     );
     let (code, _, again) = ctl(
+        &chaos,
         &coordinator,
         &[
             "resolve",
@@ -334,9 +340,17 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     assert!(again.contains("not_in_doubt"), "{again}");
 }
 
-/// Runs `twopc ctl --coordinator URL ARGS...`: exit code, stdout, stderr.
-fn ctl(coordinator: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(failpoints_binary())
+/// Runs `twopc ctl --coordinator URL ARGS...` with the cluster's operator token: exit code,
+/// stdout, stderr.
+fn ctl(chaos: &ChaosCluster, coordinator: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(failpoints_binary());
+    if let Some(tokens) = &chaos.cluster.tokens {
+        command.env(
+            "TWOPC_TOKEN_FILE",
+            tokens.path(protocol::auth::Kind::Operator),
+        );
+    }
+    let output = command
         .args(["ctl", "--coordinator", coordinator])
         .args(args)
         .output()

@@ -289,6 +289,7 @@ impl Coordinator {
             now_ms: 1,
             archived: None,
             archive_generation: 0,
+            client: None,
         });
         self.execute(wal, ledger, rng, commands)?;
         for name in parts {

@@ -92,6 +92,16 @@ pub struct Args {
     /// submit, commit and abort); warned about at every start.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve HTTPS only, with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate(s) of the CA that https:// participants' certificates must come from;
+    /// nothing else is trusted.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
@@ -127,6 +137,9 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         operator_token_file: args.operator_token_file,
         peer_token_file: args.peer_token_file,
         metrics_token_file: args.metrics_token_file,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_ca: args.tls_ca,
     };
     let insecure_no_auth = args.insecure_no_auth;
     let mut config = base.overlay(flags).into_config()?;

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -54,7 +55,8 @@ pub struct Config {
     /// Holds `LOCK` and the log (`wal/`). Created if absent; its first use creates the
     /// coordinator's identity.
     pub data_dir: PathBuf,
-    /// Participants by name; the base URL is `http://host:port` (plain HTTP, no path).
+    /// Participants by name; the base URL is `http://host:port` or `https://host:port` (no
+    /// path; `https://` needs `tls.ca`).
     pub participants: BTreeMap<ParticipantName, String>,
     /// Prepare-phase timeout for requests that do not give `timeout_ms`.
     pub prepare_timeout_ms: u64,
@@ -95,6 +97,56 @@ pub struct Config {
     /// Serve a non-loopback address without tokens (`--insecure-no-auth`); never from the
     /// config file.
     pub insecure_no_auth: bool,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca` and what was read from them.
+    pub tls: TlsSettings,
+}
+
+/// TLS in force (docs/operations.md, "TLS"): the files as given and what was read from them
+/// at start. Compared and printed by file names only.
+#[derive(Clone, Default)]
+pub struct TlsSettings {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+    /// From `cert` and `key`: the listener serves HTTPS only.
+    pub server: Option<Arc<rustls::ServerConfig>>,
+    /// From `ca`: the only CA `https://` participants' certificates may come from.
+    pub client: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl TlsSettings {
+    /// Reads the files: `cert` and `key` both or neither.
+    pub fn load(
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+    ) -> Result<Self, net::TlsError> {
+        let server = net::server_config_from_flags(cert.as_deref(), key.as_deref())?;
+        let client = ca.as_deref().map(net::client_config).transpose()?;
+        Ok(Self {
+            cert,
+            key,
+            ca,
+            server,
+            client,
+        })
+    }
+}
+
+impl PartialEq for TlsSettings {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.cert, &self.key, &self.ca) == (&other.cert, &other.key, &other.ca)
+    }
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("ca", &self.ca)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a configuration is not usable.
@@ -122,9 +174,17 @@ pub enum ConfigError {
         source: protocol::IdError,
     },
     #[error(
-        "participant {name}: URL {url:?} must look like http://host:port (plain HTTP, no path)"
+        "participant {name}: URL {url:?} must look like http://host:port or https://host:port \
+         (no path)"
     )]
     ParticipantUrl { name: String, url: String },
+    #[error(
+        "participant {name}: {url:?} is https:// but no --tls-ca names the CA that signed its \
+         certificate"
+    )]
+    HttpsWithoutCa { name: String, url: String },
+    #[error("TLS: {0}")]
+    Tls(#[from] net::TlsError),
     #[error("listen address {0:?} is not HOST:PORT")]
     Listen(String),
     #[error("token file refused: {0}")]
@@ -165,6 +225,11 @@ pub struct FileConfig {
     pub operator_token_file: Option<PathBuf>,
     pub peer_token_file: Option<PathBuf>,
     pub metrics_token_file: Option<PathBuf>,
+    /// TLS files (docs/operations.md, "TLS"): the server's certificate chain and key (both
+    /// or neither), and the CA that participants' certificates must come from.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -205,7 +270,10 @@ impl FileConfig {
             client_token_file,
             operator_token_file,
             peer_token_file,
-            metrics_token_file
+            metrics_token_file,
+            tls_cert,
+            tls_key,
+            tls_ca
         );
         self.participants.extend(over.participants);
         self
@@ -228,6 +296,15 @@ impl FileConfig {
         if participants.is_empty() {
             return Err(ConfigError::NoParticipants);
         }
+        if self.tls_ca.is_none()
+            && let Some((name, url)) = participants.iter().find(|(_, u)| u.starts_with("https://"))
+        {
+            return Err(ConfigError::HttpsWithoutCa {
+                name: name.to_string(),
+                url: url.clone(),
+            });
+        }
+        let tls = TlsSettings::load(self.tls_cert, self.tls_key, self.tls_ca)?;
         let token_files = TokenFiles {
             client: self.client_token_file,
             operator: self.operator_token_file,
@@ -277,6 +354,7 @@ impl FileConfig {
             token_files,
             keys,
             insecure_no_auth: false,
+            tls,
         };
         config.validate()?;
         Ok(config)
@@ -301,7 +379,10 @@ fn check_url(name: &ParticipantName, url: &str) -> Result<String, ConfigError> {
         url: url.to_string(),
     };
     let trimmed = url.trim_end_matches('/');
-    let rest = trimmed.strip_prefix("http://").ok_or_else(bad)?;
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(bad)?;
     let ok = !rest.is_empty()
         && !rest.contains(['/', '?', '#', '@', ' '])
         && rest.rsplit_once(':').is_some_and(|(host, port)| {
@@ -449,6 +530,7 @@ impl Config {
             token_files: TokenFiles::default(),
             keys: KeyRing::default(),
             insecure_no_auth: false,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -501,7 +583,23 @@ mod tests {
             ),
             (
                 r#"{"data_dir": "/x", "participants": {"a": "https://h:1"}}"#,
+                "--tls-ca",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "ftp://h:1"}}"#,
                 "http://host:port",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "tls_cert": "/c.pem"}"#,
+                "both or neither",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "tls_key": "/k.pem"}"#,
+                "both or neither",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "https://h:1"}, "tls_ca": "/no/ca.pem"}"#,
+                "/no/ca.pem",
             ),
             (
                 r#"{"data_dir": "/x", "participants": {"a": "http://h:1/path"}}"#,

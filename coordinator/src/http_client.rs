@@ -1,6 +1,6 @@
-//! A lean HTTP/1.1 client for the hot path: one `Endpoint` per peer (`http://host:port`), a
-//! pool of kept-alive connections to it, and one call shape: POST a JSON body, read the status
-//! and the whole (bounded) answer.
+//! A lean HTTP/1.1 client for the hot path: one `Endpoint` per peer (`http://host:port` or
+//! `https://host:port`), a pool of kept-alive connections to it, and one call shape: POST a
+//! JSON body, read the status and the whole (bounded) answer.
 //!
 //! Why not reqwest here: every transaction makes two calls per participant, and measured on the
 //! two-core bench machine, reqwest's per-request work (URL parsing, header maps, redirect and
@@ -8,12 +8,17 @@
 //! hyper's connection API underneath it (docs/benchmarks.md). Everything off the hot path keeps
 //! using reqwest.
 //!
+//! The outbound policy (as `net::outbound` for reqwest clients): a redirect is an error and is
+//! never followed, an answer over [`ANSWER_BYTES_MAX`] is an error and is not read to its end,
+//! connecting is bounded by [`CONNECT_TIMEOUT`] and the whole call by the caller's timeout.
+//! `https://` trusts only the CA given (`with_tls`); without one every handshake fails.
+//!
 //! Retrying: a request that fails on a *reused* connection before any answer arrived (the peer
 //! closed the idle connection as we sent) is sent once more on a fresh connection. That is
 //! safe only because every call made through this client is idempotent by protocol (prepare,
 //! commit and abort carry the transaction id; so does a client's transaction request).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,7 +28,11 @@ use hyper_util::rt::TokioIo;
 
 /// Answers larger than this are refused: no peer of ours sends more than a few hundred bytes,
 /// and a broken one must not make us buffer without bound.
-pub const ANSWER_BYTES_MAX: usize = 1 << 20;
+pub const ANSWER_BYTES_MAX: usize = net::outbound::SERVICE_ANSWER_BYTES_MAX;
+
+/// Longest a TCP connect, and then a TLS handshake, may take (the call's timeout bounds both
+/// too, and is usually shorter).
+pub const CONNECT_TIMEOUT: Duration = net::outbound::CONNECT_TIMEOUT;
 
 /// Idle connections kept per endpoint beyond this are closed (each is a socket on both sides).
 const IDLE_MAX: usize = 512;
@@ -51,6 +60,13 @@ pub enum CallError {
     Body { authority: String, detail: String },
     #[error("cannot build a request to {authority}: {detail}")]
     Request { authority: String, detail: String },
+    #[error("TLS with {authority} failed: {source}")]
+    Tls {
+        authority: String,
+        source: net::tls_connect::ConnectError,
+    },
+    #[error("{authority} answered a redirect (HTTP {status}); redirects are not followed")]
+    Redirect { authority: String, status: u16 },
 }
 
 /// A status and a whole body.
@@ -62,9 +78,16 @@ pub struct Answer {
 
 /// Why a base URL is not usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{url:?} is not a base URL of the form http://host:port")]
+#[error("{url:?} is not a base URL of the form http://host:port or https://host:port")]
 pub struct BadBaseUrl {
     pub url: String,
+}
+
+struct Tls {
+    name: rustls_pki_types::ServerName<'static>,
+    /// The `--tls-ca` configuration; until `with_tls` gives one, a configuration that trusts
+    /// nobody (every handshake fails, and says why).
+    config: Arc<rustls::ClientConfig>,
 }
 
 struct Idle {
@@ -78,6 +101,8 @@ pub struct Endpoint {
     /// `host:port`: what is dialled and what the `Host` header says.
     authority: String,
     idle: Mutex<Vec<Idle>>,
+    /// `Some` for an `https://` URL: the name the certificate must carry, and whom to trust.
+    tls: Option<Tls>,
     /// Where the peer token sent on every call comes from (reloaded on SIGHUP); none: no
     /// `Authorization` header.
     keys: Option<protocol::auth::KeyRing>,
@@ -92,12 +117,16 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// `base_url` must be `http://host:port` (a trailing `/` is allowed; port 80 if absent).
+    /// `base_url` must be `http://host:port` or `https://host:port` (a trailing `/` is
+    /// allowed; port 80 or 443 if absent).
     pub fn new(base_url: &str) -> Result<Self, BadBaseUrl> {
         let bad = || BadBaseUrl {
             url: base_url.to_string(),
         };
-        let rest = base_url.strip_prefix("http://").ok_or_else(bad)?;
+        let (rest, https) = match base_url.strip_prefix("https://") {
+            Some(rest) => (rest, true),
+            None => (base_url.strip_prefix("http://").ok_or_else(bad)?, false),
+        };
         let host_port = rest.strip_suffix('/').unwrap_or(rest);
         if host_port.is_empty() || host_port.contains(['/', '?', '#', '@', ' ']) {
             return Err(bad());
@@ -106,18 +135,41 @@ impl Endpoint {
         let authority = if has_port {
             host_port.to_string()
         } else {
-            format!("{host_port}:80")
+            format!("{host_port}:{}", if https { 443 } else { 80 })
         };
         let parsed: hyper::http::uri::Authority = authority.parse().map_err(|_| bad())?;
         if parsed.port_u16().is_none() || parsed.host().is_empty() {
             return Err(bad());
         }
+        let tls = if https {
+            Some(Tls {
+                name: net::tls_connect::server_name(&authority).map_err(|_| bad())?,
+                config: net::tls_config::client_config_trusting_nobody().map_err(|_| bad())?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             base_url: base_url.trim_end_matches('/').to_string(),
             authority,
             idle: Mutex::new(Vec::new()),
+            tls,
             keys: None,
         })
+    }
+
+    /// Trusts the CA of `config` (from `--tls-ca`) for an `https://` endpoint; no effect on an
+    /// `http://` one.
+    pub fn with_tls(mut self, config: Arc<rustls::ClientConfig>) -> Self {
+        if let Some(tls) = &mut self.tls {
+            tls.config = config;
+        }
+        self
+    }
+
+    /// Whether calls go over TLS.
+    pub fn is_https(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Sends the peer token in force in `keys` (the first of the peer file) on every call.
@@ -210,6 +262,13 @@ impl Endpoint {
         sender.ready().await.map_err(exchange_error)?;
         let response = sender.send_request(request).await.map_err(exchange_error)?;
         let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            // The connection is dropped with the unread answer.
+            return Err(CallError::Redirect {
+                authority: self.authority.clone(),
+                status,
+            });
+        }
         let body = Limited::new(response.into_body(), ANSWER_BYTES_MAX)
             .collect()
             .await
@@ -228,17 +287,46 @@ impl Endpoint {
             authority: self.authority.clone(),
             source,
         };
-        let stream = tokio::net::TcpStream::connect(self.authority.as_str())
-            .await
-            .map_err(connect_error)?;
+        let stream = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect(self.authority.as_str()),
+        )
+        .await
+        .map_err(|_| connect_error(std::io::ErrorKind::TimedOut.into()))?
+        .map_err(connect_error)?;
         // Requests are small and answered at once; Nagle would hold each one back.
         stream.set_nodelay(true).map_err(connect_error)?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|source| CallError::Exchange {
-                authority: self.authority.clone(),
-                source,
-            })?;
+        match &self.tls {
+            None => self.handshake(TokioIo::new(stream)).await,
+            Some(tls) => {
+                let stream = net::tls_connect::connect(
+                    stream,
+                    tls.name.clone(),
+                    Arc::clone(&tls.config),
+                    CONNECT_TIMEOUT,
+                )
+                .await
+                .map_err(|source| CallError::Tls {
+                    authority: self.authority.clone(),
+                    source,
+                })?;
+                self.handshake(TokioIo::new(stream)).await
+            }
+        }
+    }
+
+    /// HTTP/1.1 on a connected stream (plain or TLS).
+    async fn handshake<T>(&self, io: TokioIo<T>) -> Result<SendRequest<Full<Bytes>>, CallError>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|source| CallError::Exchange {
+                    authority: self.authority.clone(),
+                    source,
+                })?;
         // The connection's I/O runs as its own task; it ends when `sender` is dropped or the
         // peer closes. Its error, if any, also reaches the request that was in flight.
         tokio::spawn(async move {
@@ -289,8 +377,12 @@ mod tests {
             Endpoint::new("http://inventory").unwrap().authority,
             "inventory:80"
         );
+        let secure = Endpoint::new("https://inventory.internal").unwrap();
+        assert_eq!(secure.authority, "inventory.internal:443");
+        assert!(secure.is_https());
         for bad in [
-            "https://x:1",
+            "ftp://x:1",
+            "https://",
             "http://",
             "http://x:1/path",
             "x:1",

@@ -85,6 +85,9 @@ pub struct SagaBeginRecord {
     pub request: protocol::saga::SagaRequest,
     pub created_at_ms: u64,
     pub deadline_ms: u64,
+    /// The submitting client's name from its token; absent with authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +187,10 @@ pub struct BeginRecord {
     pub digest: Digest,
     pub participants: Vec<ParticipantName>,
     pub created_at_ms: u64,
+    /// The submitting client's name from its token; absent when authentication is off (and in
+    /// logs written before names were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,6 +204,9 @@ pub struct DecisionRecord {
     pub votes: Vec<(ParticipantName, VoteKind)>,
     pub created_at_ms: u64,
     pub decided_at_ms: u64,
+    /// Copied from the attempt's begin record, so the name outlives the live transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -406,6 +416,7 @@ mod tests {
             votes: vec![(name("a"), VoteKind::Yes), (name("b"), VoteKind::Yes)],
             created_at_ms: 1,
             decided_at_ms: 2,
+            client: Some("shop".to_string()),
         };
         let records = [
             LogRecord::Epoch(identity()),
@@ -415,6 +426,7 @@ mod tests {
                 digest: Digest(42),
                 participants: vec![name("a"), name("b")],
                 created_at_ms: 1,
+                client: Some("shop".to_string()),
             }),
             LogRecord::Decision(decision.clone()),
             LogRecord::Ack(AckRecord {

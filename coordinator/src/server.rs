@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -116,6 +115,15 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
               "--insecure-no-auth: serving a non-loopback address with no token; anyone who \
                reaches it may submit, commit, abort and resolve");
     }
+    for kind in config.keys.current().kinds_missing() {
+        warn!(
+            kind = kind.as_str(),
+            "authentication is on but no {} token file is given: every {} call will be              refused (401); give --{}-token-file",
+            kind.as_str(),
+            kind.as_str(),
+            kind.as_str()
+        );
+    }
     let lock = lock_data_dir(&config.data_dir)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -134,17 +142,22 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         config.keys.clone(),
     ));
     let (stop, stopped) = oneshot::channel::<()>();
-    // Answers are small and written whole; Nagle would hold some of them back for an ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    // The caller's address keys the decision-query budget (`api::QueryLimiter`).
-    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-        let _ = stopped.await;
-    });
-    let server = tokio::spawn(async move { serve.await });
-    info!(%addr, data_dir = %config.data_dir.display(), "listening; recovering the log");
+    // Handlers see the caller's address (`ConnectInfo`): it keys the decision-query budget
+    // (`api::QueryLimiter`).
+    let server = tokio::spawn(net::serve(
+        listener,
+        router(state.clone()),
+        config.tls.server.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let scheme = if config.tls.server.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    info!(%addr, scheme, data_dir = %config.data_dir.display(), "listening; recovering the log");
     let core = match recover(&config, metrics).await {
         Ok(core) => core,
         Err(e) => {

@@ -127,6 +127,16 @@ pub fn check_exposure(
     keys: &KeyRing,
     insecure_no_auth: bool,
 ) -> Result<(), String> {
+    for kind in keys.current().kinds_missing() {
+        tracing::warn!(
+            kind = kind.as_str(),
+            "authentication is on but no {} token file is given: every {} call will be \
+             refused (401); give --{}-token-file",
+            kind.as_str(),
+            kind.as_str(),
+            kind.as_str()
+        );
+    }
     match protocol::auth::check_exposure(listen, &keys.current(), insecure_no_auth) {
         Ok(true) => {
             tracing::warn!(%listen, "--insecure-no-auth: serving a non-loopback address with \

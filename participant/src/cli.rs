@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use protocol::ParticipantName;
 
 use crate::config::ParticipantConfig;
@@ -39,7 +39,8 @@ pub struct Args {
     /// JSON object of initial keys (`{"stock:sku-1": 100}`), applied only on the first start.
     #[arg(long)]
     pub seed: Option<PathBuf>,
-    /// Coordinator base URL asked about in-doubt transactions (`http://127.0.0.1:7000`).
+    /// Coordinator base URL asked about in-doubt transactions (`http://127.0.0.1:7000`, or
+    /// `https://` with --tls-ca).
     #[arg(long)]
     pub coordinator: Option<String>,
     /// A prepared transaction with no decision for this long asks the coordinator.
@@ -85,6 +86,58 @@ pub struct Args {
     pub unsafe_no_fsync: bool,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS files (docs/operations.md, "TLS"); read at start.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TlsArgs {
+    /// Serve HTTPS only, with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate(s) of the CA that an https:// --coordinator's certificate must come
+    /// from; nothing else is trusted.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The listener's TLS (none: plain HTTP): --tls-cert and --tls-key both or neither.
+    pub fn server(&self) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+        net::server_config_from_flags(self.tls_cert.as_deref(), self.tls_key.as_deref())
+            .map_err(|e| e.to_string())
+    }
+
+    /// The decision client's TLS, checked against the --coordinator URL: `http://` or
+    /// `https://`, and `https://` only with --tls-ca.
+    pub fn coordinator(
+        &self,
+        coordinator: Option<&str>,
+    ) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
+        if let Some(url) = coordinator {
+            if url.starts_with("https://") {
+                if self.tls_ca.is_none() {
+                    return Err(format!(
+                        "--coordinator {url:?} is https:// but no --tls-ca names the CA that \
+                         signed its certificate"
+                    ));
+                }
+            } else if !url.starts_with("http://") {
+                return Err(format!(
+                    "--coordinator {url:?} must start with http:// or https://"
+                ));
+            }
+        }
+        self.tls_ca
+            .as_deref()
+            .map(net::client_config)
+            .transpose()
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Token files (docs/participants.md, "Authentication"); reread on SIGHUP.
@@ -138,12 +191,6 @@ impl Args {
         let Some(data_dir) = &self.data_dir else {
             return Err("--data-dir is required with --backend kv".into());
         };
-        if let Some(url) = &self.coordinator
-            && !url.starts_with("http://")
-        {
-            // No TLS client is built in yet (authentication between the parties is planned).
-            return Err(format!("--coordinator {url:?} must start with http://"));
-        }
         if self.commit_group_delay_us > COMMIT_GROUP_DELAY_US_MAX {
             return Err(format!(
                 "--commit-group-delay-us {} is over the limit of {COMMIT_GROUP_DELAY_US_MAX} \
@@ -165,6 +212,7 @@ impl Args {
         let mut config = ParticipantConfig::new(data_dir);
         config.keys = self.auth.keys(self.listen)?;
         config.coordinator_url = self.coordinator.clone();
+        config.coordinator_tls = self.tls.coordinator(self.coordinator.as_deref())?;
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
         config.engine.decision_backoff_base_ms = self.decision_backoff_base_ms;
         config.engine.decision_backoff_max_ms = self.decision_backoff_max_ms;
@@ -192,8 +240,11 @@ pub fn main(args: Args) -> ExitCode {
     if args.backend == Backend::Postgres {
         return crate::postgres::cli::main(&args);
     }
-    let config = match args.config() {
-        Ok(config) => config,
+    let config_and_tls = args
+        .config()
+        .and_then(|config| Ok((config, args.tls.server()?)));
+    let (config, server_tls) = match config_and_tls {
+        Ok(parts) => parts,
         Err(message) => {
             tracing::error!("{message}");
             return ExitCode::from(2);
@@ -226,7 +277,14 @@ pub fn main(args: Args) -> ExitCode {
         }
     };
     let token_files = args.auth.files();
-    runtime.block_on(serve(args.name, args.listen, config, seed, token_files))
+    runtime.block_on(serve(
+        args.name,
+        args.listen,
+        config,
+        seed,
+        token_files,
+        server_tls,
+    ))
 }
 
 async fn serve(
@@ -235,6 +293,7 @@ async fn serve(
     config: ParticipantConfig,
     seed: KvStore,
     token_files: protocol::auth::TokenFiles,
+    server_tls: Option<Arc<rustls::ServerConfig>>,
 ) -> ExitCode {
     let opened = tokio::task::spawn_blocking(move || Participant::open(config, move || seed)).await;
     let participant = match opened {
@@ -260,20 +319,25 @@ async fn serve(
         token_files,
         participant.config().keys.clone(),
     ));
-    tracing::info!(%name, %listen, "participant ready");
+    let scheme = if server_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(%name, %listen, scheme, "participant ready");
     let watched = participant.clone();
-    // Answers are small and written whole; Nagle would hold some of them back for an ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let served = axum::serve(listener, routes::app(&participant))
-        .with_graceful_shutdown(async move {
+    let served = net::serve(
+        listener,
+        routes::app(&participant),
+        server_tls,
+        async move {
             tokio::select! {
                 () = shutdown_signal() => tracing::info!("shutting down on signal"),
                 () = watched.failed() => tracing::error!("shutting down: the log failed"),
             }
-        })
-        .await;
+        },
+    )
+    .await;
     resolver.abort();
     reloader.abort();
     let closing = participant.clone();
@@ -346,6 +410,34 @@ mod tests {
         assert_eq!(zero.wal.group_delay, std::time::Duration::ZERO);
         let error = config(&["--commit-group-delay-us", "100001"]).unwrap_err();
         assert!(error.contains("--commit-group-delay-us 100001"), "{error}");
+    }
+
+    #[test]
+    fn tls_flags_are_checked() {
+        let error = config(&["--coordinator", "https://127.0.0.1:7100"]).unwrap_err();
+        assert!(error.contains("--tls-ca"), "{error}");
+        let error = config(&["--coordinator", "ftp://127.0.0.1:7100"]).unwrap_err();
+        assert!(error.contains("http:// or https://"), "{error}");
+        let error = config(&["--tls-ca", "/no/such/ca.pem"]).unwrap_err();
+        assert!(error.contains("/no/such/ca.pem"), "{error}");
+        for half in [["--tls-cert", "/c.pem"], ["--tls-key", "/k.pem"]] {
+            let mut argv = vec!["participant", "--name", "a", "--listen", "127.0.0.1:1"];
+            argv.extend_from_slice(&half);
+            let args = Wrapper::try_parse_from(argv).unwrap().args;
+            let error = args.tls.server().unwrap_err();
+            assert!(error.contains("both or neither"), "{error}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ca = net::test_certs::TestCa::new("test ca").unwrap();
+        let ca_file = ca.write_cert(dir.path()).unwrap();
+        let with_ca = config(&[
+            "--coordinator",
+            "https://127.0.0.1:7100",
+            "--tls-ca",
+            ca_file.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert!(with_ca.coordinator_tls.is_some());
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct ParticipantConfig {
     /// The tokens in force (none: authentication off): checked on the routes, and the peer
     /// token sent on decision queries. Reloaded on SIGHUP by `twopc participant`.
     pub keys: protocol::auth::KeyRing,
+    /// Whom an `https://` coordinator's certificate must come from (`--tls-ca`); `None`: an
+    /// `https://` coordinator is never trusted.
+    pub coordinator_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl ParticipantConfig {
@@ -41,6 +44,7 @@ impl ParticipantConfig {
             checkpoint_every_records: 10_000,
             wal: WalOptions::default(),
             keys: protocol::auth::KeyRing::default(),
+            coordinator_tls: None,
         }
     }
 }

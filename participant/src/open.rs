@@ -40,6 +40,8 @@ pub enum OpenError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("cannot build the decision client: {0}")]
+    Client(#[from] net::outbound::BuildError),
     #[error("log in {}: {source}", dir.display())]
     Replay {
         dir: PathBuf,
@@ -58,7 +60,7 @@ impl OpenError {
             | OpenError::Decode { .. }
             | OpenError::Snapshot { .. }
             | OpenError::Replay { .. } => 4,
-            OpenError::Wal(_) | OpenError::Io { .. } => 1,
+            OpenError::Wal(_) | OpenError::Io { .. } | OpenError::Client(_) => 1,
         }
     }
 }
@@ -174,6 +176,6 @@ impl<R: Resource> Participant<R> {
                 incarnation = %entry.incarnation, position = entry.position, keys = ?entry.keys,
                 "in doubt after restart; keys stay locked");
         }
-        Ok(Participant::from_parts(engine, wal, config, lock))
+        Participant::from_parts(engine, wal, config, lock)
     }
 }

@@ -63,29 +63,11 @@ impl<R: Resource> Participant<R> {
             base.trim_end_matches('/'),
             routes::decision_query_path(txid, query)
         );
-        let mut request = self.inner.client.get(&url);
-        if let Some(authorization) = self.config().keys.peer_authorization() {
-            request = request.header(reqwest::header::AUTHORIZATION, authorization);
-        }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(error) => {
-                self.metrics().count_decision_query_failure();
-                tracing::warn!(%txid, %url, %error, "decision query failed; will ask again");
-                return None;
-            }
-        };
-        let status = response.status();
-        if !status.is_success() {
-            self.metrics().count_decision_query_failure();
-            tracing::warn!(%txid, %url, %status, "decision query answered non-200; will ask again");
-            return None;
-        }
-        match response.json::<DecisionQueryResponse>().await {
+        match crate::decision_client::ask(&self.inner.client, &url, &self.config().keys).await {
             Ok(body) => Some(body),
             Err(error) => {
                 self.metrics().count_decision_query_failure();
-                tracing::warn!(%txid, %url, %error, "decision query answer malformed; will ask again");
+                tracing::warn!(%txid, %url, %error, "decision query failed; will ask again");
                 None
             }
         }

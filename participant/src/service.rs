@@ -123,12 +123,12 @@ impl<R: Resource> Participant<R> {
         wal: Wal,
         config: ParticipantConfig,
         dir_lock: File,
-    ) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_millis(config.decision_timeout_ms))
-            .build()
-            .unwrap_or_default();
-        Self {
+    ) -> Result<Self, crate::open::OpenError> {
+        let client = crate::decision_client::build(
+            config.decision_timeout_ms,
+            config.coordinator_tls.clone(),
+        )?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     engine,
@@ -146,7 +146,7 @@ impl<R: Resource> Participant<R> {
                 client,
                 _dir_lock: dir_lock,
             }),
-        }
+        })
     }
 
     pub fn config(&self) -> &ParticipantConfig {

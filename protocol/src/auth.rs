@@ -364,6 +364,26 @@ impl Keys {
         self.client.is_some() || self.operator.is_some() || self.peer.is_some()
     }
 
+    /// With authentication on, the kinds of caller that have no token file, so no one of that
+    /// kind can get through (a half-configured server; the caller warns at start). Empty with
+    /// authentication off.
+    pub fn kinds_missing(&self) -> Vec<Kind> {
+        if !self.enabled() {
+            return Vec::new();
+        }
+        let mut missing = Vec::new();
+        if self.client.is_none() {
+            missing.push(Kind::Client);
+        }
+        if self.operator.is_none() {
+            missing.push(Kind::Operator);
+        }
+        if self.peer.is_none() {
+            missing.push(Kind::Peer);
+        }
+        missing
+    }
+
     /// The peer token this side sends: the first of the peer file.
     pub fn peer_token(&self) -> Option<&Token> {
         self.peer.as_ref().and_then(|tokens| tokens.first())

@@ -176,7 +176,8 @@ pub struct AuditList {
     pub audit: Vec<AuditEntry>,
 }
 
-/// Longest operator name and reason accepted, in bytes.
+/// Longest operator name and reason accepted, in characters (Unicode scalar values, what
+/// JSON Schema's `maxLength` counts).
 pub const OPERATOR_LEN_MAX: usize = 128;
 pub const REASON_LEN_MAX: usize = 1024;
 

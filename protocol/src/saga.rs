@@ -37,6 +37,9 @@ pub struct SagaStep {
     pub name: String,
     pub participant: ParticipantName,
     pub action: serde_json::Value,
+    /// Required, and may be `null`: an absent field must not silently make a step a pivot
+    /// (serde would take a missing `Option` as `None`; `deserialize_with` makes it required).
+    #[serde(deserialize_with = "Option::deserialize")]
     pub compensation: Option<serde_json::Value>,
 }
 
@@ -219,6 +222,9 @@ pub struct SagaResponse {
     /// Set when an operator settled this `needs_attention` saga by hand (it stays listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_by_hand: Option<crate::operator::HandResolution>,
+    /// The name on the client token that submitted the saga; absent with authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// `GET /v1/sagas`: stuck sagas first (needs_attention, then compensating, then running, each
@@ -293,6 +299,23 @@ mod tests {
             op_id(&r.id, "email", OpKind::Action),
             "order-7:email:action"
         );
+    }
+
+    #[test]
+    fn compensation_is_required_but_may_be_null() {
+        let missing = serde_json::json!({"id":"s","steps":[
+            {"name":"a","participant":"p","action":{}}]});
+        let err = serde_json::from_value::<SagaRequest>(missing).unwrap_err();
+        assert!(
+            err.to_string().contains("missing field `compensation`"),
+            "{err}"
+        );
+        let pivot = request(serde_json::json!({"id":"s","steps":[
+            {"name":"a","participant":"p","action":{},"compensation":null}]}));
+        assert!(!pivot.steps[0].compensable());
+        let undoable = request(serde_json::json!({"id":"s","steps":[
+            {"name":"a","participant":"p","action":{},"compensation":{"undo":1}}]}));
+        assert!(undoable.steps[0].compensable());
     }
 
     #[test]

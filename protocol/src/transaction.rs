@@ -213,6 +213,9 @@ pub struct TransactionStatus {
     pub created_at_ms: u64,
     pub decided_at_ms: Option<u64>,
     pub ended_at_ms: Option<u64>,
+    /// The name of the client whose token submitted it (absent when authentication is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// One participant's part of a transaction's status.

@@ -75,6 +75,8 @@ impl FloorCluster {
                 env: Vec::new(),
                 addr,
                 log_path: dir.join(format!("{name}.log")),
+                // The floor's processes are not twopc servers and check no token.
+                tokens: None,
             }
         };
         let mut leaf_nodes = Vec::new();

@@ -54,6 +54,8 @@ struct Target {
     participant: String,
     /// The fence token of the lease held for the whole run.
     token: u64,
+    /// Sends the cluster's operator token (each cluster has its own tokens).
+    client: reqwest::Client,
     _cluster: LocalCluster,
 }
 
@@ -83,7 +85,12 @@ const HELD: &str = "bench-held";
 /// The key the fenced-write cells' reference reads.
 const READ_KEY: &str = "bench-read";
 
-async fn prepare(client: &reqwest::Client, cluster: LocalCluster) -> Result<Target> {
+async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
+    let client = crate::client::builder(&crate::client::ClientArgs::for_cluster(
+        cluster.tokens.as_ref(),
+    ))?
+    .pool_max_idle_per_host(pool)
+    .build()?;
     let coordinator = cluster.coordinator_url();
     let participant = cluster
         .participant_url(PARTICIPANT)
@@ -115,6 +122,7 @@ async fn prepare(client: &reqwest::Client, cluster: LocalCluster) -> Result<Targ
         coordinator,
         participant,
         token,
+        client,
         _cluster: cluster,
     })
 }
@@ -208,7 +216,6 @@ enum Op {
 
 /// Measures `op` against `target`; `cell` makes names and op ids unique to the run and cell.
 async fn measure(
-    client: &reqwest::Client,
     target: &Target,
     op: Op,
     cell: String,
@@ -216,7 +223,7 @@ async fn measure(
     warmup: Duration,
     duration: Duration,
 ) -> Measured {
-    let client = client.clone();
+    let client = target.client.clone();
     let (coordinator, participant, token) = (
         target.coordinator.clone(),
         target.participant.clone(),
@@ -250,18 +257,16 @@ pub async fn run(
     as_json: bool,
 ) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("twopc-bench-leases-{}", std::process::id()));
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrencies.iter().copied().max().unwrap_or(1))
-        .build()?;
+    let pool = concurrencies.iter().copied().max().unwrap_or(1);
     let durable = tokio::task::block_in_place(|| start(&scratch, true))
         .context("starting the lease bench cluster")?;
-    let durable = prepare(&client, durable).await?;
+    let durable = prepare(pool, durable).await?;
     let no_fsync = if no_baseline {
         None
     } else {
         let cluster = tokio::task::block_in_place(|| start(&scratch, false))
             .context("starting the durability-off lease cluster")?;
-        Some(prepare(&client, cluster).await?)
+        Some(prepare(pool, cluster).await?)
     };
     let duration = Duration::from_secs_f64(seconds.max(0.1));
     let warmup = duration / 5;
@@ -277,7 +282,6 @@ pub async fn run(
             let disk = tokio::task::block_in_place(|| super::disk::fsync_p50(&scratch, 100))
                 .with_context(|| format!("probing fsync latency in {}", scratch.display()))?;
             let result = measure(
-                &client,
                 &durable,
                 op,
                 format!("{cell}d"),
@@ -287,7 +291,6 @@ pub async fn run(
             )
             .await;
             let reference = measure(
-                &client,
                 &durable,
                 read,
                 format!("{cell}r"),
@@ -299,7 +302,6 @@ pub async fn run(
             let off = match &no_fsync {
                 Some(target) => Some(
                     measure(
-                        &client,
                         target,
                         op,
                         format!("{cell}n"),

@@ -77,6 +77,8 @@ pub struct Args {
     /// sent as plain HTTP calls to the participants (no coordinator log), in the same run.
     #[arg(long)]
     pub sagas: bool,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
 }
 
 /// One row of the table.
@@ -118,6 +120,15 @@ pub fn main(args: Args) -> ExitCode {
     })
 }
 
+/// The token `--token-file` names, if any.
+fn token_of(client: &crate::client::ClientArgs) -> Result<Option<protocol::auth::Token>> {
+    client
+        .token_file
+        .as_deref()
+        .map(crate::client::read_token)
+        .transpose()
+}
+
 /// A cluster to measure: either ours (owned, stopped at the end) or the user's.
 struct Target {
     coordinator: Arc<Endpoint>,
@@ -147,11 +158,25 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
     let cluster = LocalCluster::start(&spec)?;
     let mut metric_urls = vec![cluster.coordinator_url()];
     metric_urls.extend(names.iter().filter_map(|n| cluster.participant_url(n)));
+    let token = cluster.tokens.as_ref().map(|t| t.operator.clone());
     Ok(Target {
-        coordinator: Arc::new(Endpoint::new(&cluster.coordinator_url())?),
+        coordinator: Arc::new(endpoint(&cluster.coordinator_url(), token)?),
         metric_urls,
         participants: names,
         _cluster: Some(cluster),
+    })
+}
+
+/// The load's client of `url`, sending `token` on every call. `Endpoint` sends the first peer
+/// token of its key ring, so the caller's token rides there (it is the only one it holds).
+fn endpoint(url: &str, token: Option<protocol::auth::Token>) -> Result<Endpoint> {
+    let endpoint = Endpoint::new(url).with_context(|| format!("coordinator URL {url:?}"))?;
+    Ok(match token {
+        Some(token) => endpoint.with_keys(protocol::auth::KeyRing::new(protocol::auth::Keys {
+            peer: Some(vec![token]),
+            ..protocol::auth::Keys::default()
+        })),
+        None => endpoint,
     })
 }
 
@@ -189,9 +214,10 @@ async fn run(args: Args) -> Result<()> {
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
         Some(url) => Target {
-            coordinator: Arc::new(
-                Endpoint::new(url).with_context(|| format!("--target-coordinator {url:?}"))?,
-            ),
+            coordinator: Arc::new(match args.client.tls()? {
+                Some(tls) => endpoint(url, token_of(&args.client)?)?.with_tls(tls),
+                None => endpoint(url, token_of(&args.client)?)?,
+            }),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),
             _cluster: None,
@@ -217,9 +243,7 @@ async fn run(args: Args) -> Result<()> {
     } else {
         None
     };
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let client = crate::client::build(&args.client, Duration::from_secs(30))?;
     let measured = Duration::from_secs_f64(args.seconds.max(0.1));
     let warmup = measured / 5;
 

@@ -96,7 +96,7 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
         nodes.push(coordinator);
         Ok((server, dir, nodes, db_a, db_b, coordinator_url))
     })();
-    let (_server, _dir, _nodes, db_a, db_b, coordinator_url) = match setup {
+    let (_server, dir, _nodes, db_a, db_b, coordinator_url) = match setup {
         Ok(parts) => parts,
         Err(e) => {
             eprintln!("twopc bench: {e:#}");
@@ -105,8 +105,14 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
     };
     crate::async_main::block_on("bench", async move {
         let mut cells = Vec::new();
+        // The nodes' tokens (made when they started, in the same directory).
+        let tokens = chaos_tests::auth::TokenSet::for_harness(dir.path())?;
+        let client =
+            crate::client::builder(&crate::client::ClientArgs::for_cluster(tokens.as_ref()))?
+                .build()?;
         for &c in concurrency {
-            let mut twopc = measure(c, seconds, twopc_worker(coordinator_url.clone())).await;
+            let worker = twopc_worker(coordinator_url.clone(), client.clone());
+            let mut twopc = measure(c, seconds, worker).await;
             let mut plain = measure(c, seconds, plain_worker(db_a.clone(), db_b.clone())).await;
             let cell = PgCell {
                 concurrency: c,
@@ -232,8 +238,7 @@ fn accounts(n: u64) -> (String, String) {
     )
 }
 
-fn twopc_worker(coordinator: String) -> Work {
-    let client = reqwest::Client::new();
+fn twopc_worker(coordinator: String, client: reqwest::Client) -> Work {
     let run = format!("{:x}", fastrand::u64(..));
     Arc::new(move |n| {
         let (client, url) = (client.clone(), format!("{coordinator}/v1/transactions"));

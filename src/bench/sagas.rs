@@ -100,10 +100,12 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
         .filter_map(|n| cluster.participant_url(n))
         .collect();
     let max = concurrencies.iter().copied().max().unwrap_or(1);
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(max)
-        .build()?;
+    let client = crate::client::builder(&crate::client::ClientArgs::for_cluster(
+        cluster.tokens.as_ref(),
+    ))?
+    .timeout(Duration::from_secs(30))
+    .pool_max_idle_per_host(max)
+    .build()?;
     let duration = Duration::from_secs_f64(seconds.max(0.1));
     let warmup = duration / 5;
     let tag = std::process::id();

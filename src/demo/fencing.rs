@@ -69,6 +69,13 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
         binary,
         coordinator,
         participant,
+        // The workers and this story are clients of the lease service and the fenced store.
+        client: match &cluster.tokens {
+            Some(tokens) => crate::client::ClientArgs::with_token_file(
+                &tokens.path(protocol::auth::Kind::Client),
+            ),
+            None => crate::client::ClientArgs::default(),
+        },
     };
     let checks = story(&urls).await;
     tokio::task::block_in_place(|| cluster.stop());
@@ -96,6 +103,8 @@ struct Urls {
     binary: PathBuf,
     coordinator: String,
     participant: String,
+    /// What the workers and this story send (the cluster's client token).
+    client: crate::client::ClientArgs,
 }
 
 /// A `twopc lease-worker` child with its JSON event lines (killed if dropped while running).
@@ -111,6 +120,12 @@ impl Worker {
             .arg("lease-worker")
             .args(["--coordinator", &urls.coordinator])
             .args(["--participant", &urls.participant])
+            .args(
+                urls.client
+                    .token_file
+                    .iter()
+                    .flat_map(|file| [std::ffi::OsStr::new("--token-file"), file.as_os_str()]),
+            )
             .args(["--lease", LEASE, "--key", KEY, "--holder", holder])
             .args(extra)
             .stdin(Stdio::null())
@@ -272,9 +287,8 @@ async fn story(urls: &Urls) -> Result<Vec<Check>> {
     );
     let a_exit = a.exit_code().await?;
 
-    let stored = reqwest::Client::new()
+    let stored = crate::client::build(&urls.client, Duration::from_secs(10))?
         .get(format!("{}/v1/kv/{KEY}", urls.participant))
-        .timeout(Duration::from_secs(10))
         .send()
         .await
         .context("reading the stored value")?

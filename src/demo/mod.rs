@@ -23,10 +23,12 @@ use chaos_tests::audit::{self, AuditReport, ClientOutcome, ClusterUrls, RunRecor
 use chaos_tests::checkout::{CheckoutConfig, Order};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::client::ClientArgs;
 use crate::metrics_text;
 use crate::target::TargetArgs;
 use chaos_tests::cluster::{ClusterSpec, LocalCluster};
 use chaos_tests::workload::{self, OrderResult, Progress, WorkloadOptions};
+use protocol::auth::Kind;
 use report::{CrashNote, LockStats, Summary};
 
 /// The coordinator's gauge of decisions not yet acknowledged by every participant.
@@ -86,6 +88,8 @@ pub struct Args {
     pub backend: String,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub client: crate::client::ClientArgs,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -101,7 +105,7 @@ pub fn main(args: Args) -> ExitCode {
     })
 }
 
-async fn run(args: Args) -> Result<bool> {
+async fn run(mut args: Args) -> Result<bool> {
     if args.fencing {
         return fencing::run(&args.data_dir, args.fresh).await;
     }
@@ -124,6 +128,7 @@ async fn run(args: Args) -> Result<bool> {
         }
         None => {
             let cluster = start_own_cluster(&args, &config)?;
+            args.client = own_client_args(&cluster);
             let urls = cluster.checkout_urls()?;
             own = Some(cluster);
             urls
@@ -141,7 +146,7 @@ async fn run(args: Args) -> Result<bool> {
     };
     if let Some(mut cluster) = own {
         if args.keep_running {
-            print_try_it(&urls);
+            print_try_it(&urls, args.client.token_file.as_deref());
             tokio::signal::ctrl_c().await?;
             println!("stopping the cluster");
         }
@@ -169,6 +174,34 @@ fn start_own_cluster(args: &Args, config: &CheckoutConfig) -> Result<LocalCluste
     Ok(cluster)
 }
 
+/// What the demo's own calls to the cluster it started send: its operator token (operators
+/// may do what clients do). Says where the token files are.
+pub(crate) fn own_client_args(cluster: &LocalCluster) -> ClientArgs {
+    match &cluster.tokens {
+        Some(tokens) => {
+            let operator = tokens.path(Kind::Operator);
+            println!(
+                "  tokens in {}/ (fresh for this data directory; {} for twopc ctl --token-file, \
+                 {} for applications, {} between the services)",
+                tokens.dir.display(),
+                file_name(&operator),
+                file_name(&tokens.path(Kind::Client)),
+                file_name(&tokens.path(Kind::Peer)),
+            );
+            ClientArgs::with_token_file(&operator)
+        }
+        None => {
+            println!("  no tokens: authentication is off (TWOPC_HARNESS_AUTH=off)");
+            ClientArgs::default()
+        }
+    }
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
 fn write_seeds(dir: &std::path::Path, config: &CheckoutConfig) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, seed) in config.seeds() {
@@ -188,7 +221,7 @@ async fn drive(
     urls: &ClusterUrls,
     cluster: Option<&mut LocalCluster>,
 ) -> Result<bool> {
-    let client = http_client(args)?;
+    let client = http_client(&args.client, args.concurrency)?;
     let before = audit::read_totals(&client, urls, config).await?;
     let ran = run_load(args, config, urls, cluster, &client, Order::request).await?;
     if let Some(path) = &args.record {
@@ -209,10 +242,10 @@ async fn drive(
 /// How long the audit lets in-doubt transactions resolve before it calls them stuck.
 const AUDIT_SETTLE: Duration = Duration::from_secs(30);
 
-fn http_client(args: &Args) -> Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
+fn http_client(client: &ClientArgs, concurrency: usize) -> Result<reqwest::Client> {
+    Ok(crate::client::builder(client)?
         .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(args.concurrency.max(1))
+        .pool_max_idle_per_host(concurrency.max(1))
         .build()?)
 }
 
@@ -444,20 +477,37 @@ fn update_progress(bar: &ProgressBar, c: &Progress, started: Instant, pending: O
     ));
 }
 
-fn print_try_it(urls: &ClusterUrls) {
+fn print_try_it(urls: &ClusterUrls, token_file: Option<&std::path::Path>) {
     let c = &urls.coordinator;
     println!("\nThe cluster is still running. Try it (Ctrl-C stops everything):\n");
+    let curl = match token_file {
+        Some(file) => {
+            // The token goes through a variable, never onto the printed command line.
+            println!(
+                "  T=$(awk '!/^#/ && NF {{print $NF; exit}}' {})",
+                file.display()
+            );
+            "curl -s -H \"authorization: Bearer $T\""
+        }
+        None => "curl -s",
+    };
     println!(
-        "  curl -s {c}/v1/transactions -H 'content-type: application/json' -d \
+        "  {curl} {c}/v1/transactions -H 'content-type: application/json' -d \
          '{{\"id\":\"try-1\",\"participants\":[\
          {{\"name\":\"inventory\",\"payload\":{{\"ops\":[{{\"op\":\"add\",\"key\":\"stock:sku-1\",\"delta\":-1,\"min\":0}}]}}}},\
          {{\"name\":\"payments\",\"payload\":{{\"ops\":[{{\"op\":\"add\",\"key\":\"balance:cust-1\",\"delta\":-10,\"min\":0}}]}}}}]}}'"
     );
-    println!("  curl -s {c}/v1/transactions/try-1");
-    println!("  curl -s '{c}/v1/transactions?state=committed&limit=5'");
-    println!("  curl -s {}/v1/kv/stock:sku-1", urls.inventory);
-    println!("  curl -s {}/v1/prepared", urls.payments);
+    println!("  {curl} {c}/v1/transactions/try-1");
+    println!("  {curl} '{c}/v1/transactions?state=committed&limit=5'");
+    println!("  {curl} {}/v1/kv/stock:sku-1", urls.inventory);
+    println!("  {curl} {}/v1/prepared", urls.payments);
     println!("  curl -s {c}/metrics");
+    if let Some(file) = token_file {
+        println!(
+            "  TWOPC_TOKEN_FILE={} twopc ctl --coordinator {c} list",
+            file.display()
+        );
+    }
 }
 
 fn unix_seconds() -> u64 {

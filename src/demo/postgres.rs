@@ -52,7 +52,7 @@ pub async fn run(args: &Args, config: &CheckoutConfig) -> Result<bool> {
         urls.inventory, urls.payments, db.name, urls.shipping
     );
 
-    let client = http_client(args)?;
+    let client = http_client(&super::own_client_args(&cluster), args.concurrency)?;
     let before = Totals {
         sold: oracle::read_sold(&client, &urls, config).await?,
         spent: db.ledger(config).await?.money.iter().map(|l| l.moved).sum(),

@@ -48,7 +48,7 @@ pub async fn drive(
         "  {} sagas, concurrency {}, seed {seed} (replay with --seed {seed})",
         args.orders, args.concurrency
     );
-    let client = reqwest::Client::builder()
+    let client = crate::client::builder(&args.client)?
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(args.concurrency.max(1))
         .build()?;

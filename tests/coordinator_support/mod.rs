@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chaos_tests::node::{Node, NodeSpec, free_port};
+use protocol::auth::Kind;
 use protocol::{DecisionQuery, PrepareRequest, routes};
 use serde_json::{Value, json};
 
@@ -327,6 +328,8 @@ impl Coordinator {
                 .collect(),
             addr,
             log_path: dir.join(format!("{name}.log")),
+            // The in-test participants check no token; the coordinator still sends its own.
+            tokens: chaos_tests::auth::for_test(dir),
         });
         Coordinator { node, data_dir }
     }
@@ -340,9 +343,12 @@ impl Coordinator {
         tokio::task::block_in_place(|| self.node.wait_ready(Duration::from_secs(20))).unwrap();
     }
 
-    /// POST /v1/transactions with `body`; returns status and JSON.
+    /// POST /v1/transactions with `body` (as an operator, who may do what clients do);
+    /// returns status and JSON.
     pub async fn submit(&self, query: &str, body: &Value) -> (u16, Value) {
-        let response = reqwest::Client::new()
+        let response = self
+            .node
+            .http()
             .post(format!("{}/v1/transactions{query}", self.url()))
             .json(body)
             .timeout(Duration::from_secs(30))
@@ -353,8 +359,16 @@ impl Coordinator {
         (status, response.json().await.unwrap())
     }
 
+    /// GET `path` as an operator.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = reqwest::Client::new()
+        self.get_as(Kind::Operator, path).await
+    }
+
+    /// GET `path` with the token of `kind` (a decision query is a peer's).
+    pub async fn get_as(&self, kind: Kind, path: &str) -> (u16, Value) {
+        let response = self
+            .node
+            .http_as(kind)
             .get(format!("{}{path}", self.url()))
             .timeout(Duration::from_secs(10))
             .send()
@@ -377,7 +391,10 @@ impl Coordinator {
             position: prepare.position,
         };
         let (status, body) = self
-            .get(&routes::decision_query_path(&prepare.txid, &query))
+            .get_as(
+                Kind::Peer,
+                &routes::decision_query_path(&prepare.txid, &query),
+            )
             .await;
         assert_eq!(status, 200, "decision query: {body}");
         body

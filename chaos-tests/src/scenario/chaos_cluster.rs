@@ -164,7 +164,8 @@ impl ChaosCluster {
         }
         let cluster = LocalCluster::start_coordinator(&spec, participants, &urls)
             .unwrap_or_else(|e| panic!("coordinator did not start: {e}"));
-        let client = reqwest::Client::builder()
+        let client = cluster
+            .http()
             .no_proxy()
             .timeout(Duration::from_secs(20))
             .build()

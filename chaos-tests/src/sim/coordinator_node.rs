@@ -484,6 +484,7 @@ impl CoordinatorNode {
                 now_ms: io.now_ms,
                 archived,
                 archive_generation,
+                client: None,
             },
         );
         if let Some(gtid) = recorded {

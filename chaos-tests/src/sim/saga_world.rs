@@ -308,6 +308,7 @@ impl World {
                     request,
                     digest,
                     now_ms: now,
+                    client: None,
                 };
                 self.step_coordinator(event);
             }

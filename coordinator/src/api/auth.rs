@@ -3,12 +3,12 @@
 //! runs. The checking itself is `protocol::auth`; this module only maps routes to classes and
 //! turns a refusal into 401/403. It must never log a token.
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Extension, MatchedPath, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use protocol::auth::{Access, Denied, REALM};
+use protocol::auth::{Access, Caller, Denied, REALM};
 use protocol::{ErrorCode, routes};
 use tracing::Instrument;
 
@@ -66,6 +66,12 @@ pub async fn check(State(state): State<AppState>, mut request: Request, next: Ne
         }
         Err(denied) => refusal(denied, path == routes::UI),
     }
+}
+
+/// The name on the caller's token (client and operator tokens carry one); `None` with
+/// authentication off.
+pub fn caller_name(caller: &Option<Extension<Caller>>) -> Option<String> {
+    caller.as_ref().and_then(|Extension(c)| c.name.clone())
 }
 
 /// 401 with a `Bearer` challenge (and a `Basic` one on `/ui`, so a browser asks for the

@@ -17,8 +17,8 @@ use protocol::lease::{
 };
 use protocol::limits::BODY_BYTES_MAX;
 
-use crate::api::transactions::is_json;
-use crate::api::{ApiError, AppState};
+use crate::api::transactions::{is_json, whole_number};
+use crate::api::{ApiError, AppState, json_body};
 use crate::leases::{LeaseEvent, LeaseReply};
 use crate::runtime::Core;
 
@@ -68,7 +68,7 @@ fn lease_name(path: Result<Path<String>, PathRejection>) -> Result<String, Refus
     Ok(name)
 }
 
-fn json_body<T: DeserializeOwned>(
+fn request_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     what: &str,
@@ -89,7 +89,7 @@ fn json_body<T: DeserializeOwned>(
             "send the body as Content-Type: application/json",
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| {
+    json_body::decode(&body, &[]).map_err(|e| {
         refuse(
             ErrorCode::MalformedJson,
             format!("the body is not {what}: {e}"),
@@ -130,7 +130,7 @@ pub async fn acquire(
 ) -> Answer<Lease> {
     let core = ready(&state)?;
     let name = lease_name(path)?;
-    let request: AcquireRequest = json_body(&headers, body, "a lease request")?;
+    let request: AcquireRequest = request_body(&headers, body, "a lease request")?;
     checked("holder", &request.holder)?;
     let ttl_ms = request.ttl_ms.unwrap_or(LEASE_TTL_MS_DEFAULT);
     if ttl_ms == 0 || ttl_ms > LEASE_TTL_MS_MAX {
@@ -160,7 +160,7 @@ pub async fn renew(
 ) -> Answer<Lease> {
     let core = ready(&state)?;
     let name = lease_name(path)?;
-    let request: RenewRequest = json_body(&headers, body, "a renew request")?;
+    let request: RenewRequest = request_body(&headers, body, "a renew request")?;
     checked("holder", &request.holder)?;
     let event_name = name.clone();
     let reply = step(core, move |now_ms| LeaseEvent::Renew {
@@ -187,7 +187,7 @@ pub async fn release(
         match key.as_str() {
             "holder" => holder = Some(value),
             "token" => {
-                token = Some(value.parse::<u64>().map_err(|_| {
+                token = Some(whole_number(&value).ok_or_else(|| {
                     refuse(
                         ErrorCode::InvalidQuery,
                         format!("token={value:?} is not a whole number"),

@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod error;
+mod json_body;
 mod leases;
 mod operator;
 mod query_limit;
@@ -16,7 +17,11 @@ mod tests_abuse;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]
+mod tests_contract;
+#[cfg(test)]
 mod tests_leases;
+#[cfg(test)]
+mod tests_openapi;
 #[cfg(test)]
 mod tests_saga_operator;
 #[cfg(test)]

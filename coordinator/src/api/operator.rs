@@ -14,9 +14,9 @@ use protocol::limits::BODY_BYTES_MAX;
 use protocol::operator::{AuditList, ResolveRequest, RetryRequest, SagaResolveRequest};
 use protocol::{ErrorCode, GlobalTxId, ParticipantName};
 
-use super::transactions::{QueryPairs, is_json, list_limit, query_pairs, txid};
-use crate::api::{ApiError, AppState};
-use crate::runtime::{OperatorError, RetryTarget};
+use super::transactions::{QueryPairs, is_json, list_limit, query_pairs, txid, whole_number};
+use crate::api::{ApiError, AppState, json_body};
+use crate::runtime::{OperatorError, RetryTarget, check_operator};
 
 fn operator_error(error: OperatorError) -> Response {
     match error {
@@ -36,7 +36,18 @@ fn operator_error(error: OperatorError) -> Response {
 /// The operator's name from the token file, when a token authenticated the request: it wins
 /// over the body's `operator` field, which is only a claim.
 fn token_operator(caller: &Option<Extension<Caller>>) -> Option<String> {
-    caller.as_ref().and_then(|Extension(c)| c.name.clone())
+    crate::api::auth::caller_name(caller)
+}
+
+/// Checks the body's `operator` and `reason` as given (an absent one is fine), by the audit
+/// trail's rule, before the token's name replaces `operator`: the OpenAPI document states one
+/// rule for the body, whoever sends it, so the server keeps it even when it ignores the claim.
+fn check_claim(operator: Option<&str>, reason: Option<&str>) -> Result<(), ApiError> {
+    const ABSENT: &str = "-";
+    check_operator(operator.unwrap_or(ABSENT), reason.unwrap_or(ABSENT)).map_err(|e| match e {
+        OperatorError::Rejected { code, message } => ApiError::new(code, message),
+        other => ApiError::new(ErrorCode::Internal, other.to_string()),
+    })
 }
 
 /// Answers an operator action: the request's parts, checked first (their error answers at
@@ -81,7 +92,7 @@ fn body_of<T: DeserializeOwned + Default>(
             "send the body as Content-Type: application/json",
         ));
     }
-    serde_json::from_slice(&body)
+    json_body::decode(&body, &[])
         .map_err(|e| ApiError::new(ErrorCode::MalformedJson, format!("malformed body: {e}")))
 }
 
@@ -108,6 +119,7 @@ pub async fn resolve(
                 "expected {\"decision\",\"operator\",\"reason\"}",
             )
         })?;
+        check_claim(Some(&request.operator), Some(&request.reason))?;
         if let Some(name) = token_operator(&caller) {
             request.operator = name;
         }
@@ -132,6 +144,7 @@ pub async fn retry_transaction(
         let core = state.core()?.clone();
         let txid = txid(path)?;
         let mut request: RetryRequest = body_of(&headers, body, true)?;
+        check_claim(request.operator.as_deref(), request.reason.as_deref())?;
         if let Some(name) = token_operator(&caller) {
             request.operator = Some(name);
         }
@@ -154,6 +167,7 @@ pub async fn retry_participant(
         let name = ParticipantName::new(raw)
             .map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))?;
         let mut request: RetryRequest = body_of(&headers, body, true)?;
+        check_claim(request.operator.as_deref(), request.reason.as_deref())?;
         if let Some(name) = token_operator(&caller) {
             request.operator = Some(name);
         }
@@ -189,6 +203,7 @@ pub async fn retry_saga(
         let core = state.core()?.clone();
         let id = txid(path)?;
         let mut request: RetryRequest = body_of(&headers, body, true)?;
+        check_claim(request.operator.as_deref(), request.reason.as_deref())?;
         if let Some(name) = token_operator(&caller) {
             request.operator = Some(name);
         }
@@ -223,6 +238,7 @@ pub async fn resolve_saga(
                 "expected {\"operator\",\"reason\"}",
             )
         })?;
+        check_claim(Some(&request.operator), Some(&request.reason))?;
         if let Some(name) = token_operator(&caller) {
             request.operator = name;
         }
@@ -299,7 +315,7 @@ pub async fn audit(
         match key.as_str() {
             "limit" => limit = list_limit(&value)?,
             "before" => {
-                before = Some(value.parse::<u64>().map_err(|_| {
+                before = Some(whole_number(&value).ok_or_else(|| {
                     ApiError::new(
                         ErrorCode::InvalidQuery,
                         format!("before={value:?}: expected an audit seq (a number)"),

@@ -4,10 +4,11 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use protocol::auth::Caller;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::saga::{SagaList, SagaRequest, SagaState};
 use protocol::{ErrorCode, digest::Fnv128};
@@ -15,7 +16,7 @@ use protocol::{ErrorCode, digest::Fnv128};
 use crate::api::transactions::{
     LIST_LIMIT_DEFAULT, QueryPairs, is_json, list_limit, query_pairs, txid,
 };
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, json_body};
 use crate::digest::Digest;
 use crate::saga::engine::{SagaReply, SagaWait};
 
@@ -34,8 +35,10 @@ pub async fn create(
     State(state): State<AppState>,
     query: QueryPairs,
     headers: HeaderMap,
+    caller: Option<Extension<Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let client = crate::api::auth::caller_name(&caller);
     let core = state.core()?;
     if core.is_poisoned() {
         return Err(ApiError::log_failed());
@@ -78,7 +81,7 @@ pub async fn create(
             "send the body as Content-Type: application/json",
         ));
     }
-    let request: SagaRequest = serde_json::from_slice(&body).map_err(|e| {
+    let request: SagaRequest = json_body::decode(&body, &["steps"]).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
             format!("the body is not a saga request: {e}"),
@@ -102,7 +105,7 @@ pub async fn create(
     }
     let digest = digest_of(&request);
     let outcome = core
-        .submit_saga(request, digest, wait)
+        .submit_saga(request, digest, wait, client)
         .await
         .ok_or_else(|| {
             ApiError::new(

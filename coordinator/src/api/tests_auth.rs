@@ -304,3 +304,68 @@ async fn auth_off_leaves_every_route_open() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_client_named_by_the_token_is_recorded_on_the_transaction() {
+    let ring = KeyRing::new(keys(false));
+    let (app, _dir) = app(&ring).await;
+    // The participant is unreachable, so the attempt aborts; the name is recorded either way.
+    let request = Request::post("/v1/transactions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, bearer(CLIENT_OLD))
+        .body(Body::from(
+            json!({
+                "id": "t-named-1",
+                "participants": [{"name": "inventory", "payload": {}}],
+                "timeout_ms": 200
+            })
+            .to_string(),
+        ))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let (status, shown, _) = call(
+        &app,
+        "get",
+        "/v1/transactions/t-named-1",
+        Some(&bearer(OPERATOR_OLD)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(shown["client"], json!("alice"), "{shown}");
+}
+
+#[tokio::test]
+async fn the_client_named_by_the_token_is_recorded_on_the_saga() {
+    let ring = KeyRing::new(keys(false));
+    let (app, _dir) = app(&ring).await;
+    let saga = json!({"id": "s-named-1", "timeout_ms": 30000, "steps": [
+        {"name": "reserve", "participant": "inventory", "action": {}, "compensation": null}]});
+    let request = Request::post("/v1/sagas?wait=none")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, bearer(CLIENT_OLD))
+        .body(Body::from(saga.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let accepted: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    assert_eq!(accepted["client"], json!("alice"), "{accepted}");
+    let (status, shown, _) = call(
+        &app,
+        "get",
+        "/v1/sagas/s-named-1",
+        Some(&bearer(OPERATOR_OLD)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(shown["client"], json!("alice"), "{shown}");
+}

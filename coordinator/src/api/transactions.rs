@@ -4,9 +4,10 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 
+use protocol::auth::Caller;
 use protocol::limits::{BODY_BYTES_MAX, LIST_LIMIT_MAX};
 use protocol::{
     DecisionQuery, DecisionQueryResponse, Epoch, ErrorCode, GlobalTxId, Incarnation,
@@ -14,7 +15,7 @@ use protocol::{
     TxId,
 };
 
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, json_body};
 use crate::digest::Digest;
 use crate::engine::{Reply, WaitFor};
 use crate::runtime::NewTransaction;
@@ -30,11 +31,19 @@ pub(super) fn query_pairs(query: QueryPairs) -> Result<Vec<(String, String)>, Ap
         .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))
 }
 
+/// A whole number in a query parameter: ASCII digits only, as the OpenAPI document's
+/// `integer` says (Rust's `parse` would also take a leading `+`), within `u64`.
+pub(super) fn whole_number(value: &str) -> Option<u64> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok()
+}
+
 /// A listing's `limit` query parameter: 1 ..= `LIST_LIMIT_MAX`, else 400 `invalid_query`.
 pub(super) fn list_limit(value: &str) -> Result<usize, ApiError> {
-    value
-        .parse::<usize>()
-        .ok()
+    whole_number(value)
+        .and_then(|n| usize::try_from(n).ok())
         .filter(|n| (1..=LIST_LIMIT_MAX).contains(n))
         .ok_or_else(|| {
             ApiError::new(
@@ -62,8 +71,10 @@ pub async fn create(
     State(state): State<AppState>,
     query: QueryPairs,
     headers: HeaderMap,
+    caller: Option<Extension<Caller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<TransactionResponse>, ApiError> {
+    let client = crate::api::auth::caller_name(&caller);
     let core = state.core()?;
     if core.is_poisoned() {
         return Err(ApiError::log_failed());
@@ -108,7 +119,7 @@ pub async fn create(
             "send the body as Content-Type: application/json",
         ));
     }
-    let request: TransactionRequest = serde_json::from_slice(&body).map_err(|e| {
+    let request: TransactionRequest = json_body::decode(&body, &["participants"]).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
             format!("the body is not a transaction request: {e}"),
@@ -141,6 +152,7 @@ pub async fn create(
             participants: valid.participants,
             timeout_ms,
             wait,
+            client,
         })
         .await
         .ok_or_else(|| {
@@ -232,13 +244,7 @@ pub async fn list(
     let mut after = None;
     for (key, value) in query_pairs(query)? {
         match key.as_str() {
-            "after" => {
-                after = Some(
-                    value
-                        .parse::<crate::outcomes::Cursor>()
-                        .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e))?,
-                )
-            }
+            "after" => after = Some(cursor(&value)?),
             "state" => {
                 wanted = Some(
                     value
@@ -260,6 +266,21 @@ pub async fn list(
         transactions,
         next: next.map(|c| c.to_string()),
     }))
+}
+
+/// The `after` cursor of a listing: two numbers of at most 19 digits joined by `-`, as the
+/// server makes them (`{ended_at_ms}-{seq}`) and as the OpenAPI document's pattern says.
+fn cursor(value: &str) -> Result<crate::outcomes::Cursor, ApiError> {
+    let part_ok = |part: &str| (1..=19).contains(&part.len()) && whole_number(part).is_some();
+    match value.split_once('-') {
+        Some((at, seq)) if part_ok(at) && part_ok(seq) => value
+            .parse::<crate::outcomes::Cursor>()
+            .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e)),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            format!("after={value:?}: expected the \"next\" value of a previous page"),
+        )),
+    }
 }
 
 /// `GET /v1/transactions/{id}/decision?gtid=..&incarnation=..&epoch=..&position=..`: what a
@@ -353,15 +374,14 @@ fn decision_query(pairs: Vec<(String, String)>) -> Result<Option<DecisionQuery>,
                 )
             }
             "epoch" => {
-                epoch = Some(Epoch(value.parse::<u64>().map_err(|_| {
+                epoch = Some(Epoch(whole_number(&value).ok_or_else(|| {
                     bad(&key, &value, "expected a whole number".to_string())
                 })?))
             }
             "position" => {
                 position = Some(
-                    value
-                        .parse::<u64>()
-                        .map_err(|_| bad(&key, &value, "expected a whole number".to_string()))?,
+                    whole_number(&value)
+                        .ok_or_else(|| bad(&key, &value, "expected a whole number".to_string()))?,
                 )
             }
             other => {

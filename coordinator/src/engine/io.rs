@@ -19,6 +19,9 @@ pub enum WaitFor {
 }
 
 /// Something that happened.
+// Events are built once and moved into `step`, never stored in bulk: a large `Submit` costs a
+// copy per request, which boxing would only trade for an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A valid client request (shape checked, participants known to the configuration).
@@ -37,6 +40,8 @@ pub enum Event {
         /// `Archived` event came in between, an outcome may have left staging after the lookup
         /// missed it, so the engine asks for the lookup again instead of starting an attempt.
         archive_generation: u64,
+        /// The client's name from its token (`None` with authentication off).
+        client: Option<String>,
     },
     /// A participant answered a prepare, or the runtime stands in for an answer that was not a
     /// vote (`Timeout` for no answer in time, `Error` for transport errors, non-200 or malformed).

@@ -223,6 +223,7 @@ impl Engine {
                 now_ms,
                 archived,
                 archive_generation,
+                client,
             } => self.submit(
                 waiter,
                 wait,
@@ -232,6 +233,7 @@ impl Engine {
                 timeout_ms,
                 now_ms,
                 (archived, archive_generation),
+                client,
             ),
             Event::VoteReceived {
                 txid,
@@ -290,6 +292,7 @@ impl Engine {
         timeout_ms: u64,
         now_ms: u64,
         (archived, archive_generation): (Option<Retained>, u64),
+        client: Option<String>,
     ) -> Vec<Command> {
         if let Some(retained) = self.retained.get(&txid) {
             let reply = if retained.decision.digest == digest {
@@ -401,6 +404,7 @@ impl Engine {
             digest,
             participants: participants.iter().map(|(name, _)| name.clone()).collect(),
             created_at_ms: now_ms,
+            client: client.clone(),
         }))];
         for (name, payload) in &participants {
             commands.push(Command::SendPrepare {
@@ -427,6 +431,7 @@ impl Engine {
                 .collect(),
             phase: Phase::Preparing,
             waiters: vec![(waiter, wait)],
+            client,
         };
         self.live.insert(txid, tx);
         commands

@@ -190,6 +190,7 @@ impl super::Engine {
             created_at_ms: r.at_ms,
             decided_at_ms: Some(r.at_ms),
             ended_at_ms: Some(r.at_ms),
+            client: None,
         })
     }
 

@@ -137,6 +137,7 @@ fn submit(waiter: u64, digest: u128) -> Event {
         now_ms: 1,
         archived: None,
         archive_generation: 0,
+        client: None,
     }
 }
 
@@ -499,6 +500,7 @@ proptest! {
                     now_ms: 1,
                     archived: None,
                     archive_generation: 0,
+                    client: None,
                 })?,
                 Op::Vote(t, yes) => history.apply(Event::VoteReceived {
                     txid: client_id(t),

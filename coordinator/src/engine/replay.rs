@@ -112,6 +112,7 @@ impl Engine {
             parts: begin.participants.into_iter().map(Part::new).collect(),
             phase: Phase::Preparing,
             waiters: Vec::new(),
+            client: begin.client,
         };
         self.live.insert(begin.txid, tx);
     }
@@ -175,6 +176,7 @@ impl Engine {
                     digest: tx.digest,
                     participants: tx.parts.iter().map(|p| p.name.clone()).collect(),
                     created_at_ms: tx.created_at_ms,
+                    client: tx.client.clone(),
                 }),
                 Phase::Deciding(decided) | Phase::Decided(decided) => {
                     snapshot.decided.push(crate::records::LiveDecided {

@@ -133,6 +133,7 @@ mod tests {
                 votes: vec![],
                 created_at_ms: 0,
                 decided_at_ms: 0,
+                client: None,
             },
             ended_at_ms: at,
         }

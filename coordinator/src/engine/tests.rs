@@ -72,6 +72,7 @@ fn submit_as(waiter: WaiterId, wait: WaitFor, digest: u128) -> Event {
         now_ms: 1000,
         archived: None,
         archive_generation: 0,
+        client: None,
     }
 }
 fn submit() -> Event {
@@ -124,6 +125,7 @@ fn begin_record(attempt: Attempt, digest: u128, at: u64) -> LogRecord {
         digest: Digest(digest),
         participants: vec![name("a"), name("b")],
         created_at_ms: at,
+        client: None,
     })
 }
 fn decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> DecisionRecord {
@@ -136,6 +138,7 @@ fn decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) ->
         votes: vec![(name("a"), votes[0]), (name("b"), votes[1])],
         created_at_ms: 1000,
         decided_at_ms: at,
+        client: None,
     }
 }
 fn append_decision(d: Decision, votes: [VoteKind; 2], reason: Option<&str>, at: u64) -> Command {
@@ -948,6 +951,7 @@ fn snapshot_then_replay_keeps_every_view() {
         now_ms: 2000,
         archived: None,
         archive_generation: 0,
+        client: None,
     };
     let yes = |txid: &str| Event::VoteReceived {
         txid: id(txid),
@@ -1055,4 +1059,76 @@ fn replay_lets_a_reused_id_supersede_the_ended_one() {
     };
     // "b" voted no: under presumed abort it is owed nothing.
     assert_eq!(engine.step(recovered(5000)), vec![resend("a")]);
+}
+
+/// The client's name (from its token) is in the begin record, the decision record, the
+/// status, and survives a checkpoint and a replay: the transaction says who asked for it.
+#[test]
+fn the_client_name_is_recorded_through_decision_snapshot_and_replay() {
+    let Event::Submit {
+        waiter,
+        wait,
+        txid,
+        digest,
+        participants,
+        timeout_ms,
+        now_ms,
+        archived,
+        archive_generation,
+        ..
+    } = submit()
+    else {
+        unreachable!("submit() is a Submit");
+    };
+    let named = Event::Submit {
+        waiter,
+        wait,
+        txid,
+        digest,
+        participants,
+        timeout_ms,
+        now_ms,
+        archived,
+        archive_generation,
+        client: Some("shop".to_string()),
+    };
+    let mut engine = Engine::new(CONFIG, identity());
+    let begun = engine.step(named);
+    let Some(Command::AppendLazy(LogRecord::Begin(begin))) = begun.first() else {
+        panic!("{begun:?}");
+    };
+    assert_eq!(begin.client.as_deref(), Some("shop"));
+    assert_eq!(
+        engine.status(&id("t")).and_then(|s| s.client).as_deref(),
+        Some("shop")
+    );
+    engine.step(vote("a", Yes));
+    let decided = engine.step(vote("b", Yes));
+    let decision = decided
+        .iter()
+        .find_map(|c| match c {
+            Command::AppendDecision(d) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a decision to log");
+    assert_eq!(decision.client.as_deref(), Some("shop"));
+    // A checkpoint taken now, and the plain records, both bring the name back.
+    let snapshot = engine.snapshot(identity());
+    let from_snapshot = Engine::replay(CONFIG, Some(snapshot), Vec::new()).engine;
+    assert_eq!(
+        from_snapshot
+            .status(&id("t"))
+            .and_then(|s| s.client)
+            .as_deref(),
+        Some("shop")
+    );
+    let records = vec![
+        LogRecord::Begin(begin.clone()),
+        LogRecord::Decision(decision),
+    ];
+    let replayed = Engine::replay(CONFIG, None, records).engine;
+    assert_eq!(
+        replayed.status(&id("t")).and_then(|s| s.client).as_deref(),
+        Some("shop")
+    );
 }

@@ -36,6 +36,7 @@ fn submit(waiter: WaiterId, tx: &str, parts: &[&str]) -> Event {
         now_ms: 1000,
         archived: None,
         archive_generation: 0,
+        client: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn submit(waiter: WaiterId, wait: WaitFor, txid: &str, digest: u128) -> Event {
         now_ms: 1000,
         archived: None,
         archive_generation: 0,
+        client: None,
     }
 }
 
@@ -232,6 +233,7 @@ fn an_earlier_run_is_held_whole_so_a_lost_begin_is_presumed_aborted() {
                 digest: Digest(1),
                 participants: vec![name("a")],
                 created_at_ms: 10,
+                client: None,
             }),
             LogRecord::Decision(DecisionRecord {
                 txid: id(txid),
@@ -242,6 +244,7 @@ fn an_earlier_run_is_held_whole_so_a_lost_begin_is_presumed_aborted() {
                 votes: vec![(name("a"), VoteKind::Yes)],
                 created_at_ms: 10,
                 decided_at_ms: 11,
+                client: None,
             }),
             LogRecord::End(EndRecord {
                 txid: id(txid),

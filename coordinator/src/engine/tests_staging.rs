@@ -45,6 +45,7 @@ fn submit_with(
         now_ms: 1000,
         archived,
         archive_generation: engine.archive_generation(),
+        client: None,
     }
 }
 

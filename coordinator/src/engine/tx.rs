@@ -75,6 +75,8 @@ pub struct Tx {
     pub parts: Vec<Part>,
     pub phase: Phase,
     pub waiters: Vec<(WaiterId, WaitFor)>,
+    /// The submitting client's name (from its token), if authentication is on.
+    pub client: Option<String>,
 }
 
 impl Tx {
@@ -100,6 +102,7 @@ impl Tx {
                 .collect(),
             created_at_ms: self.created_at_ms,
             decided_at_ms: decided.decided_at_ms,
+            client: self.client.clone(),
         }
     }
 
@@ -125,6 +128,7 @@ impl Tx {
                 decided_at_ms: record.decided_at_ms,
             }),
             waiters: Vec::new(),
+            client: record.client.clone(),
         }
     }
 }

@@ -314,6 +314,7 @@ fn live_status(tx: &Tx) -> TransactionStatus {
         created_at_ms: tx.created_at_ms,
         decided_at_ms,
         ended_at_ms: None,
+        client: tx.client.clone(),
     }
 }
 
@@ -344,5 +345,6 @@ pub fn retained_status(retained: &Retained) -> TransactionStatus {
         created_at_ms: record.created_at_ms,
         decided_at_ms: Some(record.decided_at_ms),
         ended_at_ms: Some(retained.ended_at_ms),
+        client: record.client.clone(),
     }
 }

@@ -20,6 +20,7 @@ fn ended(id: &str, position: u64, decision: Decision, at: u64) -> Retained {
             votes: vec![],
             created_at_ms: at,
             decided_at_ms: at,
+            client: None,
         },
         ended_at_ms: at,
     }

@@ -43,7 +43,7 @@ use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
 pub use housekeeping::housekeeping;
-pub use operator::{OperatorError, RetryTarget};
+pub use operator::{OperatorError, RetryTarget, check_operator};
 pub use sagas::{SagaOutcome, SagaShell};
 pub use start::{StartError, recover, recover_on};
 
@@ -95,6 +95,8 @@ pub struct NewTransaction {
     pub participants: Vec<(ParticipantName, serde_json::Value)>,
     pub timeout_ms: u64,
     pub wait: WaitFor,
+    /// The client's name from its token, recorded on the attempt.
+    pub client: Option<String>,
 }
 
 impl Core {
@@ -213,6 +215,7 @@ impl Core {
                     now_ms: now,
                     archived,
                     archive_generation: generation,
+                    client: tx.client.clone(),
                 })
             });
             if stale {

@@ -42,19 +42,20 @@ fn rejected(code: ErrorCode, message: impl Into<String>) -> OperatorError {
     }
 }
 
-/// Who acts and why: both required, bounded, for the audit trail.
-fn check_operator(operator: &str, reason: &str) -> Result<(), OperatorError> {
+/// Who acts and why: both required (not blank), bounded in characters (what the OpenAPI
+/// document's `maxLength` counts), for the audit trail.
+pub fn check_operator(operator: &str, reason: &str) -> Result<(), OperatorError> {
     if operator.trim().is_empty() || reason.trim().is_empty() {
         return Err(rejected(
             ErrorCode::InvalidOperator,
             "\"operator\" and \"reason\" are required: the audit trail records who did this and why",
         ));
     }
-    if operator.len() > OPERATOR_LEN_MAX || reason.len() > REASON_LEN_MAX {
+    if operator.chars().count() > OPERATOR_LEN_MAX || reason.chars().count() > REASON_LEN_MAX {
         return Err(rejected(
             ErrorCode::InvalidOperator,
             format!(
-                "\"operator\" is at most {OPERATOR_LEN_MAX} bytes and \"reason\" at most \
+                "\"operator\" is at most {OPERATOR_LEN_MAX} characters and \"reason\" at most \
                  {REASON_LEN_MAX}"
             ),
         ));

@@ -70,6 +70,7 @@ impl Core {
         request: SagaRequest,
         digest: Digest,
         wait: SagaWait,
+        client: Option<String>,
     ) -> Option<SagaOutcome> {
         let waiter = self.sagas.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
@@ -80,6 +81,7 @@ impl Core {
             request,
             digest,
             now_ms: now_ms(),
+            client,
         });
         receiver.await.ok()
     }

@@ -198,10 +198,11 @@ pub async fn recover_on(
         .participants
         .iter()
         .map(|(name, url)| {
-            Ok((
-                name.clone(),
-                Endpoint::new(url)?.with_keys(config.keys.clone()),
-            ))
+            let mut endpoint = Endpoint::new(url)?.with_keys(config.keys.clone());
+            if let Some(tls) = &config.tls.client {
+                endpoint = endpoint.with_tls(Arc::clone(tls));
+            }
+            Ok((name.clone(), endpoint))
         })
         .collect::<Result<_, BadBaseUrl>>()
         .map_err(StartError::ParticipantUrl)?;

@@ -95,6 +95,7 @@ fn one(txid: &str) -> NewTransaction {
         participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
         timeout_ms: 5_000,
         wait: WaitFor::Decision,
+        client: None,
     }
 }
 

@@ -63,6 +63,8 @@ pub enum SagaEvent {
         request: SagaRequest,
         digest: Digest,
         now_ms: u64,
+        /// The client's name from its token (`None` with authentication off).
+        client: Option<String>,
     },
     /// An action or compensation came back; the shell classified the answer.
     OpAnswered {
@@ -349,6 +351,7 @@ impl Saga {
             age_ms: until.saturating_sub(self.begin.created_at_ms),
             // The runtime adds an operator's hand resolution, which the engine does not keep.
             resolved_by_hand: None,
+            client: self.begin.client.clone(),
         }
     }
 }
@@ -477,7 +480,8 @@ impl SagaEngine {
                 request,
                 digest,
                 now_ms,
-            } => self.submit(waiter, wait, request, digest, now_ms, &mut out),
+                client,
+            } => self.submit(waiter, wait, (request, client), digest, now_ms, &mut out),
             SagaEvent::OpAnswered {
                 id,
                 step,
@@ -594,7 +598,7 @@ impl SagaEngine {
         &mut self,
         waiter: WaiterId,
         wait: SagaWait,
-        request: SagaRequest,
+        (request, client): (SagaRequest, Option<String>),
         digest: Digest,
         now_ms: u64,
         out: &mut Vec<SagaCommand>,
@@ -621,6 +625,7 @@ impl SagaEngine {
             request,
             created_at_ms: now_ms,
             deadline_ms: now_ms.saturating_add(timeout_ms),
+            client,
         };
         self.log(SagaRecord::Begin(begin), out);
         out.push(SagaCommand::ArmDeadline {

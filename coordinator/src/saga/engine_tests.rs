@@ -37,6 +37,7 @@ fn submit(engine: &mut SagaEngine, wait: SagaWait) -> Vec<SagaCommand> {
         request: request(),
         digest: Digest(7),
         now_ms: 1000,
+        client: None,
     })
 }
 
@@ -273,6 +274,7 @@ fn a_failure_after_the_pivot_needs_attention_and_compensates_nothing() {
         request: pivot_first,
         digest: Digest(1),
         now_ms: 0,
+        client: None,
     });
     engine.step(answer(0, OpKind::Action, done()));
     engine.step(answer(1, OpKind::Action, done()));
@@ -315,6 +317,7 @@ fn same_body_joins_other_body_conflicts_and_wait_none_is_accepted() {
         request: request(),
         digest: Digest(8),
         now_ms: 1000,
+        client: None,
     });
     assert!(matches!(&replies(&other)[..], [SagaReply::Conflict(_)]));
 }

@@ -151,10 +151,10 @@ impl<W: PgWork> PgParticipant<W> {
                 (row.get::<_, String>(0), u64::try_from(epoch).unwrap_or(0))
             })
             .collect();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.decision_timeout_ms))
-            .build()
-            .unwrap_or_default();
+        let http = crate::decision_client::build(
+            config.decision_timeout_ms,
+            config.coordinator_tls.clone(),
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 work,

@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use axum::serve::ListenerExt;
-
 use super::backend::PgParticipant;
 use super::config::PgConfig;
 use super::error::PgError;
@@ -57,17 +55,13 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
         .ok_or("--backend postgres needs --statements FILE")?;
     let statements = std::fs::read(path)
         .map_err(|e| format!("cannot read the statements file {}: {e}", path.display()))?;
-    if let Some(url) = &args.coordinator
-        && !url.starts_with("http://")
-    {
-        return Err(format!("--coordinator {url:?} must start with http://"));
-    }
     if args.postgres.postgres_connections == 0 {
         return Err("--postgres-connections must be at least 1".into());
     }
     let mut config = PgConfig::new(url, args.name.as_str());
     config.connections = args.postgres.postgres_connections;
     config.coordinator_url = args.coordinator.clone();
+    config.coordinator_tls = args.tls.coordinator(args.coordinator.as_deref())?;
     config.in_doubt_after_ms = args.in_doubt_after_ms;
     config.scan_every_ms = (args.in_doubt_after_ms / 4).clamp(10, 1_000);
     config.decision_timeout_ms = args.decision_timeout_ms;
@@ -98,7 +92,9 @@ async fn start(config: PgConfig, statements: &[u8]) -> Result<PgParticipant<Stat
 }
 
 async fn serve(args: &Args) -> ExitCode {
-    let (config, statements) = match config(args) {
+    let (config, statements, server_tls) = match config(args)
+        .and_then(|(config, statements)| Ok((config, statements, args.tls.server()?)))
+    {
         Ok(parts) => parts,
         Err(message) => {
             tracing::error!("{message}");
@@ -127,13 +123,14 @@ async fn serve(args: &Args) -> ExitCode {
     tracing::info!(name = %args.name, listen = %args.listen,
         statements = ?participant.work().names(),
         max_prepared_transactions = participant.max_prepared_transactions(),
-        "postgres participant ready");
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let served = axum::serve(listener, crate::http::finish(participant.router()))
-        .with_graceful_shutdown(crate::cli::shutdown_signal())
-        .await;
+        tls = server_tls.is_some(), "postgres participant ready");
+    let served = net::serve(
+        listener,
+        crate::http::finish(participant.router()),
+        server_tls,
+        crate::cli::shutdown_signal(),
+    )
+    .await;
     resolver.abort();
     reloader.abort();
     if let Err(error) = served {

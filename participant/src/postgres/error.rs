@@ -18,6 +18,8 @@ pub enum PgError {
     Db { context: String, message: String },
     #[error(transparent)]
     Gid(#[from] GidError),
+    #[error("cannot build the decision client: {0}")]
+    Client(#[from] net::outbound::BuildError),
 }
 
 impl PgError {

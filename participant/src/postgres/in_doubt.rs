@@ -214,22 +214,13 @@ impl<W: PgWork> PgParticipant<W> {
             base.trim_end_matches('/'),
             routes::decision_query_path(txid, query)
         );
-        let mut request = self.inner.client.get(&url);
-        if let Some(authorization) = self.inner.config.keys.peer_authorization() {
-            request = request.header(reqwest::header::AUTHORIZATION, authorization);
-        }
-        let response = match request.send().await {
-            Ok(response) if response.status().is_success() => response,
-            Ok(response) => {
-                tracing::warn!(%url, status = %response.status(), "decision query answered non-200");
-                return None;
-            }
+        match crate::decision_client::ask(&self.inner.client, &url, &self.inner.config.keys).await {
+            Ok(answer) => Some(answer),
             Err(error) => {
                 tracing::warn!(%url, %error, "decision query failed; will ask again");
-                return None;
+                None
             }
-        };
-        response.json().await.ok()
+        }
     }
 }
 

@@ -264,3 +264,17 @@ fn exposure_needs_tokens_or_the_insecure_flag() {
     assert_eq!(check_exposure(public, &none, true), Ok(true));
     assert_eq!(check_exposure(public, &keys(), false), Ok(false));
 }
+
+#[test]
+fn a_half_configured_key_set_names_the_kinds_without_a_file() {
+    assert!(Keys::default().kinds_missing().is_empty(), "auth off");
+    assert!(keys().kinds_missing().is_empty(), "all configured");
+    let only_peers = Keys {
+        peer: keys().peer,
+        ..Keys::default()
+    };
+    assert_eq!(
+        only_peers.kinds_missing(),
+        vec![Kind::Client, Kind::Operator]
+    );
+}

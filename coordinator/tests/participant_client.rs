@@ -1,0 +1,242 @@
+//! The coordinator's client to participants (`http_client::Endpoint`) under the outbound
+//! policy: against a redirecting, an endless and a silent server, and over HTTPS with a
+//! trusted CA, an untrusted one, and a certificate for another name.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use coordinator::http_client::{ANSWER_BYTES_MAX, CallError, Endpoint};
+use net::test_certs::TestCa;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A raw HTTP/1.1 server: reads a request on each connection, then runs `answer` on it.
+async fn raw_server<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let _ = socket.read(&mut request).await;
+                answer(socket).await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_redirect_is_an_error_and_is_not_followed() {
+    let followed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&followed);
+    let target = raw_server(move |mut socket| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.store(true, Ordering::SeqCst);
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"vote\":\"yes\"}")
+                .await;
+        }
+    })
+    .await;
+    let head = format!(
+        "HTTP/1.1 308 Permanent Redirect\r\nlocation: {target}/2pc/prepare\r\ncontent-length: 0\r\n\r\n"
+    );
+    let redirecting = raw_server(move |mut socket| {
+        let head = head.clone();
+        async move {
+            let _ = socket.write_all(head.as_bytes()).await;
+        }
+    })
+    .await;
+    let endpoint = Endpoint::new(&redirecting).unwrap();
+    let error = endpoint
+        .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, CallError::Redirect { status: 308, .. }),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !followed.load(Ordering::SeqCst),
+        "the redirect was followed"
+    );
+    assert_eq!(endpoint.idle_connections(), 0);
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_cap() {
+    let written = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&written);
+    let endless = raw_server(move |mut socket| {
+        let counter = Arc::clone(&counter);
+        async move {
+            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            if socket.write_all(head).await.is_err() {
+                return;
+            }
+            let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "x".repeat(64 * 1024));
+            while socket.write_all(chunk.as_bytes()).await.is_ok() {
+                counter.fetch_add(64 * 1024, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let endpoint = Endpoint::new(&endless).unwrap();
+    let started = Instant::now();
+    let error = endpoint
+        .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::Body { .. }), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not cut off by the timeout"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = written.load(Ordering::SeqCst);
+    assert!(
+        sent < 32 * ANSWER_BYTES_MAX as u64,
+        "{sent} bytes sent for a {ANSWER_BYTES_MAX}-byte cap"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_server_costs_the_call_its_timeout_and_no_more() {
+    let silent = raw_server(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    })
+    .await;
+    let endpoint = Endpoint::new(&silent).unwrap();
+    let started = Instant::now();
+    let error = endpoint
+        .post_json("/2pc/commit", b"{}".to_vec(), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::Timeout(_)), "{error}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_silent_in_the_tls_handshake_costs_the_call_its_timeout() {
+    // Accepts TCP, reads the ClientHello, never answers it.
+    let silent = raw_server(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("test ca").unwrap();
+    let tls = net::client_config(&ca.write_cert(dir.path()).unwrap()).unwrap();
+    let endpoint = Endpoint::new(&silent.replace("http://", "https://"))
+        .unwrap()
+        .with_tls(tls);
+    let started = Instant::now();
+    let error = endpoint
+        .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::Timeout(_)), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+async fn serve_tls(ca: &TestCa, names: &[&str], dir: &std::path::Path) -> String {
+    use axum::routing::post;
+    let files = ca.server(names).unwrap().write(dir, "server").unwrap();
+    let config = net::server_config(&files.cert, &files.key).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route("/2pc/prepare", post(|| async { "{\"vote\":\"yes\"}" }));
+    tokio::spawn(net::serve(
+        listener,
+        app,
+        Some(config),
+        std::future::pending(),
+    ));
+    format!("https://127.0.0.1:{port}")
+}
+
+#[tokio::test]
+async fn https_works_with_the_ca_and_only_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("the cluster ca").unwrap();
+    let url = serve_tls(&ca, &["127.0.0.1"], dir.path()).await;
+    let trusted = net::client_config(&ca.write_cert(dir.path()).unwrap()).unwrap();
+
+    let endpoint = Endpoint::new(&url).unwrap().with_tls(Arc::clone(&trusted));
+    for _ in 0..3 {
+        let answer = endpoint
+            .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(&answer.body[..], b"{\"vote\":\"yes\"}");
+        assert_eq!(
+            endpoint.idle_connections(),
+            1,
+            "the TLS connection is reused"
+        );
+    }
+
+    let other = TestCa::new("another ca").unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let untrusted = net::client_config(&other.write_cert(other_dir.path()).unwrap()).unwrap();
+    for (who, endpoint) in [
+        (
+            "another CA",
+            Endpoint::new(&url).unwrap().with_tls(untrusted),
+        ),
+        ("no CA given", Endpoint::new(&url).unwrap()),
+    ] {
+        let error = endpoint
+            .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::Tls { .. }), "{who}: {error}");
+        assert!(
+            format!("{error:?}").contains("UnknownIssuer"),
+            "{who}: {error:?}"
+        );
+    }
+
+    let plain = Endpoint::new(&url.replace("https://", "http://")).unwrap();
+    assert!(
+        plain
+            .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(5))
+            .await
+            .is_err(),
+        "plain HTTP to a TLS port"
+    );
+}
+
+#[tokio::test]
+async fn the_certificate_must_name_the_host_of_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("the cluster ca").unwrap();
+    let url = serve_tls(&ca, &["inventory.internal"], dir.path()).await;
+    let trusted = net::client_config(&ca.write_cert(dir.path()).unwrap()).unwrap();
+    let endpoint = Endpoint::new(&url).unwrap().with_tls(trusted);
+    let error = endpoint
+        .post_json("/2pc/prepare", b"{}".to_vec(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{error:?}").contains("NotValidForName"),
+        "{error:?}"
+    );
+}

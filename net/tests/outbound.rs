@@ -1,0 +1,185 @@
+//! The outbound policy against misbehaving servers: a redirect is an error and is not
+//! followed, an endless or oversized answer is an error without being read to its end, a
+//! silent server costs the caller its time bound and no more.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use net::outbound::{AnswerError, Limits, read_answer, reqwest_client};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A raw HTTP/1.1 server: reads one request per connection, then runs `answer` on the socket.
+async fn raw_server<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let _ = socket.read(&mut request).await;
+                answer(socket).await;
+            });
+        }
+    });
+    url
+}
+
+fn limits() -> Limits {
+    Limits {
+        connect: Duration::from_secs(2),
+        total: Duration::from_secs(2),
+        answer_bytes_max: 1 << 20,
+    }
+}
+
+#[tokio::test]
+async fn a_redirect_is_an_error_and_is_not_followed() {
+    let followed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&followed);
+    let target = raw_server(move |mut socket| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.store(true, Ordering::SeqCst);
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+        }
+    })
+    .await;
+    let location = format!("{target}/elsewhere");
+    let redirecting = raw_server(move |mut socket| {
+        let head = format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+        );
+        async move {
+            let _ = socket.write_all(head.as_bytes()).await;
+        }
+    })
+    .await;
+    let client = reqwest_client(&limits(), None).unwrap();
+    let response = client.get(format!("{redirecting}/x")).send().await.unwrap();
+    let error = read_answer(response, limits().answer_bytes_max)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, AnswerError::Redirect { status: 307, location: Some(l) } if l.ends_with("/elsewhere")),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !followed.load(Ordering::SeqCst),
+        "the redirect was followed"
+    );
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_cap() {
+    let written = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&written);
+    let endless = raw_server(move |mut socket| {
+        let counter = Arc::clone(&counter);
+        async move {
+            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            if socket.write_all(head).await.is_err() {
+                return;
+            }
+            let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "x".repeat(64 * 1024));
+            while socket.write_all(chunk.as_bytes()).await.is_ok() {
+                counter.fetch_add(64 * 1024, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let client = reqwest_client(&limits(), None).unwrap();
+    let started = Instant::now();
+    let response = client.get(format!("{endless}/x")).send().await.unwrap();
+    let error = read_answer(response, limits().answer_bytes_max)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, AnswerError::TooLarge { max } if max == 1 << 20),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not cut off by the timeout"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = written.load(Ordering::SeqCst);
+    assert!(
+        sent < 32 << 20,
+        "the client read {sent} bytes for a 1 MiB cap"
+    );
+}
+
+#[tokio::test]
+async fn an_announced_oversized_answer_is_refused_before_reading() {
+    let big = raw_server(|mut socket| async move {
+        let _ = socket
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10000000\r\n\r\nxx")
+            .await;
+        // Then nothing: a client that tried to read it would wait for its timeout.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    })
+    .await;
+    let client = reqwest_client(&limits(), None).unwrap();
+    let started = Instant::now();
+    let response = client.get(format!("{big}/x")).send().await.unwrap();
+    let error = read_answer(response, limits().answer_bytes_max)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, AnswerError::TooLarge { .. }), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_silent_server_costs_the_total_bound() {
+    let silent = raw_server(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    })
+    .await;
+    let mut bounds = limits();
+    bounds.total = Duration::from_millis(500);
+    let client = reqwest_client(&bounds, None).unwrap();
+    let started = Instant::now();
+    let error = client.get(format!("{silent}/x")).send().await.unwrap_err();
+    assert!(error.is_timeout(), "{error:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_sends_headers_then_nothing_costs_the_total_bound() {
+    let stalling = raw_server(|mut socket| async move {
+        let _ = socket
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+            .await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
+    let mut bounds = limits();
+    bounds.total = Duration::from_millis(500);
+    let client = reqwest_client(&bounds, None).unwrap();
+    let started = Instant::now();
+    let response = client.get(format!("{stalling}/x")).send().await.unwrap();
+    let error = read_answer(response, bounds.answer_bytes_max)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, AnswerError::Read(e) if e.is_timeout()),
+        "{error:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

@@ -1,0 +1,210 @@
+//! The participant's decision client (`participant::decision_client`, what both backends use
+//! to ask the coordinator) under the outbound policy: a redirect is an error and is not
+//! followed, an endless answer is cut off at 1 MiB, a silent coordinator costs one decision
+//! timeout; over HTTPS it trusts the given CA and nobody else.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use net::outbound::AnswerError;
+use net::test_certs::TestCa;
+use participant::decision_client::{QueryError, ask, build};
+use protocol::DecisionStatus;
+use protocol::auth::KeyRing;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const COMMIT: &[u8] = br#"{"decision":"commit","coordinator_id":"c-1"}"#;
+
+/// A raw HTTP/1.1 server: reads a request on each connection, then runs `answer` on it.
+async fn raw_server<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let _ = socket.read(&mut request).await;
+                answer(socket).await;
+            });
+        }
+    });
+    url
+}
+
+fn answer_ok(body: &[u8]) -> Vec<u8> {
+    let mut answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(body);
+    answer
+}
+
+#[tokio::test]
+async fn a_well_behaved_coordinator_is_understood() {
+    let coordinator = raw_server(|mut socket| async move {
+        let _ = socket.write_all(&answer_ok(COMMIT)).await;
+    })
+    .await;
+    let client = build(2_000, None).unwrap();
+    let answer = ask(&client, &format!("{coordinator}/d"), &KeyRing::default())
+        .await
+        .unwrap();
+    assert_eq!(answer.decision, DecisionStatus::Commit);
+}
+
+#[tokio::test]
+async fn a_redirect_is_an_error_and_is_not_followed() {
+    let followed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&followed);
+    let elsewhere = raw_server(move |mut socket| {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.store(true, Ordering::SeqCst);
+            let _ = socket.write_all(&answer_ok(COMMIT)).await;
+        }
+    })
+    .await;
+    let head = format!(
+        "HTTP/1.1 302 Found\r\nlocation: {elsewhere}/decision\r\ncontent-length: 0\r\n\r\n"
+    );
+    let redirecting = raw_server(move |mut socket| {
+        let head = head.clone();
+        async move {
+            let _ = socket.write_all(head.as_bytes()).await;
+        }
+    })
+    .await;
+    let client = build(2_000, None).unwrap();
+    let error = ask(&client, &format!("{redirecting}/d"), &KeyRing::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            QueryError::Answer(AnswerError::Redirect { status: 302, .. })
+        ),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !followed.load(Ordering::SeqCst),
+        "the redirect was followed"
+    );
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_cap() {
+    let written = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&written);
+    let endless = raw_server(move |mut socket| {
+        let counter = Arc::clone(&counter);
+        async move {
+            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            if socket.write_all(head).await.is_err() {
+                return;
+            }
+            let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, " ".repeat(64 * 1024));
+            while socket.write_all(chunk.as_bytes()).await.is_ok() {
+                counter.fetch_add(64 * 1024, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    let client = build(5_000, None).unwrap();
+    let started = Instant::now();
+    let error = ask(&client, &format!("{endless}/d"), &KeyRing::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            QueryError::Answer(AnswerError::TooLarge { max: 1_048_576 })
+        ),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cut off by the cap, not the timeout"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent = written.load(Ordering::SeqCst);
+    assert!(sent < 32 << 20, "{sent} bytes sent for a 1 MiB cap");
+}
+
+#[tokio::test]
+async fn a_silent_coordinator_costs_one_decision_timeout() {
+    let silent = raw_server(|socket| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    })
+    .await;
+    let client = build(400, None).unwrap();
+    let started = Instant::now();
+    let error = ask(&client, &format!("{silent}/d"), &KeyRing::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, QueryError::Send(e) if e.is_timeout()),
+        "{error:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(350) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn https_trusts_the_given_ca_and_nobody_else() {
+    use axum::routing::get;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("cluster ca").unwrap();
+    let files = ca
+        .server(&["127.0.0.1"])
+        .unwrap()
+        .write(dir.path(), "coordinator")
+        .unwrap();
+    let server = net::server_config(&files.cert, &files.key).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/d",
+        get(|| async { ([("content-type", "application/json")], COMMIT) }),
+    );
+    tokio::spawn(net::serve(
+        listener,
+        app,
+        Some(server),
+        std::future::pending(),
+    ));
+    let url = format!("https://127.0.0.1:{port}/d");
+
+    let trusted = net::client_config(&ca.write_cert(dir.path()).unwrap()).unwrap();
+    let client = build(2_000, Some(trusted)).unwrap();
+    let answer = ask(&client, &url, &KeyRing::default()).await.unwrap();
+    assert_eq!(answer.decision, DecisionStatus::Commit);
+
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = TestCa::new("another ca").unwrap();
+    let untrusted = net::client_config(&other.write_cert(other_dir.path()).unwrap()).unwrap();
+    for (who, client) in [
+        ("another CA", build(2_000, Some(untrusted)).unwrap()),
+        ("no CA", build(2_000, None).unwrap()),
+    ] {
+        let error = ask(&client, &url, &KeyRing::default()).await.unwrap_err();
+        assert!(
+            format!("{error:?}").contains("UnknownIssuer"),
+            "{who}: {error:?}"
+        );
+    }
+}
