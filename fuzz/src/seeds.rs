@@ -365,7 +365,8 @@ fn write_seed_corpus() {
 
 #[test]
 fn every_seed_passes_its_target() {
-    let targets: [(&str, fn(&[u8])); 5] = [
+    type Target = (&'static str, fn(&[u8]));
+    let targets: [Target; 5] = [
         ("wal_log", wal_log::run),
         ("coordinator_log", coordinator_log::run),
         ("participant_log", participant_log::run),
