@@ -55,7 +55,11 @@ impl RunError {
         match self {
             RunError::Locked { .. } => 3,
             RunError::Exposed(_) => 2,
-            RunError::Start(StartError::Corrupt(_) | StartError::Undecodable { .. }) => 4,
+            RunError::Start(
+                StartError::Corrupt(_)
+                | StartError::Undecodable { .. }
+                | StartError::EpochExhausted { .. },
+            ) => 4,
             RunError::DataDir { .. }
             | RunError::Bind { .. }
             | RunError::Start(_)

@@ -4,7 +4,7 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -101,6 +101,13 @@ pub fn json_body<T: DeserializeOwned>(
     }
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(ErrorCode::MalformedJson, format!("malformed request: {e}")))
+}
+
+/// A path parameter as text: 422 `invalid_id` with the JSON error body when it does not
+/// decode (say, percent-encoded bytes that are not UTF-8), never axum's plain-text 400.
+pub fn path_param(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    path.map(|Path(value)| value)
+        .map_err(|rejection| ApiError::new(ErrorCode::InvalidId, rejection.body_text()))
 }
 
 impl<R: Resource> Participant<R> {
@@ -233,9 +240,10 @@ async fn saga_op<R: Resource>(
 
 async fn saga_op_status<R: Resource>(
     State(participant): State<Participant<R>>,
-    Path(op_id): Path<String>,
-) -> axum::Json<OpStatusResponse> {
-    axum::Json(participant.saga_op_status(&op_id))
+    op_id: Result<Path<String>, PathRejection>,
+) -> Result<axum::Json<OpStatusResponse>, ApiError> {
+    let op_id = path_param(op_id)?;
+    Ok(axum::Json(participant.saga_op_status(&op_id)))
 }
 
 async fn prepared<R: Resource>(
@@ -249,9 +257,9 @@ async fn prepared<R: Resource>(
 /// What this participant holds of one attempt: operators' evidence for a resolve.
 async fn attempt<R: Resource>(
     State(participant): State<Participant<R>>,
-    Path(gtid): Path<String>,
+    gtid: Result<Path<String>, PathRejection>,
 ) -> Result<axum::Json<AttemptStatus>, ApiError> {
-    let gtid = GlobalTxId::new(gtid)
+    let gtid = GlobalTxId::new(path_param(gtid)?)
         .map_err(|e| ApiError::new(ErrorCode::InvalidId, format!("gtid: {e}")))?;
     Ok(axum::Json(
         participant.with_engine(|engine| engine.attempt_status(&gtid)),

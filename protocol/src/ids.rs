@@ -214,7 +214,14 @@ impl<'de> Deserialize<'de> for Incarnation {
 pub struct Epoch(pub u64);
 
 impl Epoch {
-    /// The epoch of the next start.
+    /// The epoch of the next start, if there is one: a log that holds `u64::MAX` (which no
+    /// real run reaches, but a damaged or forged log can hold) has none.
+    pub fn checked_next(self) -> Option<Epoch> {
+        self.0.checked_add(1).map(Epoch)
+    }
+
+    /// The epoch of the next start. Panics at `u64::MAX`: for tests and models only; a
+    /// start uses [`Epoch::checked_next`].
     pub fn next(self) -> Epoch {
         Epoch(
             self.0

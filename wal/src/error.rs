@@ -43,6 +43,10 @@ pub enum WalError {
     /// Record types 0 and 128..=255 belong to the log itself.
     #[error("record type {0} is not available to owners (use 1..=127)")]
     InvalidRecordType(u8),
+    /// Every sequence number but the last is used: the log takes no more records (nothing was
+    /// written; no real log gets here, only a damaged or forged one).
+    #[error("write-ahead log has used every sequence number; it takes no more records")]
+    SequenceExhausted,
     /// The log was shut down (or its writer thread stopped) before this request was written.
     #[error("write-ahead log is closed")]
     Closed,

@@ -99,11 +99,24 @@ pub fn scan(
     };
     let stale_snapshots = snapshots.into_iter().map(|(_, path)| path).collect();
     let covered = snapshot.as_ref().map_or(0, |s| s.seq);
+    // Sequence numbers are 1..u64::MAX: a snapshot that covers the last one leaves no number
+    // for a record after it, and no writer of this log takes it there.
+    let Some(after_covered) = covered.checked_add(1) else {
+        let path = snapshot
+            .as_ref()
+            .map(|s| s.path.clone())
+            .unwrap_or_default();
+        return Err(WalError::corrupt(
+            path,
+            0,
+            format!("snapshot covers seq {covered}, the last there is, so no record can follow it"),
+        ));
+    };
 
     // Every segment before the last one starting at or below covered+1 holds only covered records.
     let first_live = segments
         .iter()
-        .rposition(|(base, _)| *base <= covered + 1)
+        .rposition(|(base, _)| *base <= after_covered)
         .unwrap_or(0);
     let live: Vec<(u64, PathBuf)> = segments.split_off(first_live);
     let superseded_segments = segments.into_iter().map(|(_, path)| path).collect();
@@ -115,7 +128,7 @@ pub fn scan(
         segments: Vec::new(),
         torn_tail: None,
         tmp_files,
-        next_seq: covered + 1,
+        next_seq: after_covered,
     };
     let Some((first_base, first_path)) = live.first() else {
         if let Some(snapshot) = &scan.snapshot {
@@ -127,7 +140,15 @@ pub fn scan(
         }
         return Ok(scan);
     };
-    if *first_base > covered + 1 {
+    if *first_base == 0 {
+        // Names come from sequence numbers, which start at 1: no writer of this log made it.
+        return Err(WalError::corrupt(
+            first_path,
+            0,
+            "segment named seq 0, but sequence numbers start at 1",
+        ));
+    }
+    if *first_base > after_covered {
         let reason = match scan.snapshot {
             Some(_) => format!(
                 "sequence gap: the snapshot covers seq {covered} but the first segment starts at seq {first_base}"
@@ -165,10 +186,19 @@ pub fn scan(
                             ),
                         ));
                     }
+                    // The writer never gives out the last sequence number (no next one would
+                    // be left for the record after it), so a record that holds it is not ours.
+                    let Some(next) = expected.checked_add(1) else {
+                        return Err(WalError::corrupt(
+                            &path,
+                            offset as u64,
+                            format!("record at seq {expected}, past the last the log gives out"),
+                        ));
+                    };
                     if record.seq > covered {
                         visit(&path, offset as u64, record);
                     }
-                    expected += 1;
+                    expected = next;
                     records += 1;
                     offset += record.frame_bytes();
                 }

@@ -229,6 +229,11 @@ impl Writer {
         durability: Durability,
         completer: Completer,
     ) {
+        // The last sequence number is never given out: recovery could not name a next one.
+        let Some(next_seq) = self.next_seq.checked_add(1) else {
+            completer.complete(Err(WalError::SequenceExhausted));
+            return;
+        };
         let frame_bytes = (FRAME_OVERHEAD_BYTES + payload.len()) as u64;
         let used = self.current.bytes + self.buf.len() as u64;
         if used > 0
@@ -240,7 +245,7 @@ impl Writer {
             return;
         }
         let seq = self.next_seq;
-        self.next_seq += 1;
+        self.next_seq = next_seq;
         frame::encode(&mut self.buf, seq, record_type, payload);
         self.unwritten_records += 1;
         match (durability, self.options.sync) {

@@ -16,6 +16,8 @@ mod start;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_start;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

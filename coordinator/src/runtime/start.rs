@@ -32,6 +32,12 @@ pub enum StartError {
     Undecodable { dir: String, source: DecodeError },
     #[error("cannot open or write the log: {0}")]
     Log(WalError),
+    /// The log's last epoch is the highest there is: no next start can be told apart from it.
+    #[error(
+        "refusing to start: the log in {dir} holds epoch {epoch}, the highest there is, so no \
+         higher epoch is left for this start"
+    )]
+    EpochExhausted { dir: String, epoch: Epoch },
     #[error("cannot make a coordinator id: {0}")]
     Identity(protocol::IdError),
     #[error("participant URL: {0}")]
@@ -154,8 +160,14 @@ pub async fn recover_on(
     let incarnation = new_incarnation(&replayed.engine);
     let identity = match replayed.identity {
         Some(last) => EpochRecord {
+            epoch: last
+                .epoch
+                .checked_next()
+                .ok_or_else(|| StartError::EpochExhausted {
+                    dir: dir.display().to_string(),
+                    epoch: last.epoch,
+                })?,
             coordinator_id: last.coordinator_id,
-            epoch: last.epoch.next(),
             incarnation,
         },
         None => EpochRecord {

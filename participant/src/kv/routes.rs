@@ -3,7 +3,7 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -13,7 +13,7 @@ use protocol::lease::{FencedPutRequest, FencedPutResponse};
 use protocol::{ErrorCode, routes};
 
 use crate::fence::{FencedAnswer, FencedWrite};
-use crate::http::{ApiError, finish, json_body};
+use crate::http::{ApiError, finish, json_body, path_param};
 use crate::kv::KvStore;
 use crate::service::Participant;
 
@@ -29,8 +29,9 @@ pub fn app(participant: &Participant<KvStore>) -> Router {
 /// The committed value and version; prepared writes are never visible here.
 async fn read(
     State(participant): State<Participant<KvStore>>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
 ) -> Result<axum::Json<KvEntry>, ApiError> {
+    let key = path_param(key)?;
     participant
         .read(|store| store.get(&key))
         .map(axum::Json)
@@ -42,10 +43,11 @@ async fn read(
 /// prepared transaction holds the key; a repeated `op_id` answers its first answer.
 async fn fenced_put(
     State(participant): State<Participant<KvStore>>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<axum::Json<FencedPutResponse>, Response> {
+    let key = path_param(key).map_err(IntoResponse::into_response)?;
     let request: FencedPutRequest =
         json_body(&headers, body).map_err(IntoResponse::into_response)?;
     let write = FencedWrite {

@@ -1,0 +1,149 @@
+//! `coordinator_http`: arbitrary requests through the coordinator's real router, in process.
+//!
+//! One coordinator per process (recovered on a memory file system, authentication on, every
+//! kind of token configured), with two real key-value participants served on loopback so
+//! that transactions and sagas run to their end. Each input is a few requests
+//! ([`crate::http`]); every answer is checked by [`crate::http::send_and_check`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use coordinator::api::{AppState, router};
+use coordinator::config::Config;
+use coordinator::metrics::Metrics;
+use participant::kv::{KvStore, routes};
+use participant::{Participant, ParticipantConfig, SyncPolicy};
+use protocol::ParticipantName;
+use protocol::auth::{KeyRing, Keys, parse_named, parse_plain};
+use tokio::runtime::Runtime;
+
+use crate::http::{FuzzRequest, send_and_check, tokens};
+
+/// Everything the target keeps for the life of the process.
+struct Harness {
+    runtime: Runtime,
+    app: Router,
+    _participants: Vec<Participant<KvStore>>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let made = if shm.is_dir() {
+        tempfile::Builder::new()
+            .prefix("twopc-fuzz-")
+            .tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    };
+    made.unwrap_or_else(|e| panic!("harness setup: a temporary directory: {e}"))
+}
+
+/// The tokens of [`tokens`] as a server's key ring.
+pub fn keys() -> KeyRing {
+    let setup = |e: protocol::auth::TokenFileError| -> Keys { panic!("harness setup: {e}") };
+    let named = |file: &str, line: String| parse_named(file, &line);
+    let plain = |file: &str, line: &str| parse_plain(file, line);
+    let keys = (|| {
+        Ok(Keys {
+            client: Some(named("client", format!("fuzz-client {}", tokens::CLIENT))?),
+            operator: Some(named("operator", format!("ops {}", tokens::OPERATOR))?),
+            peer: Some(plain("peer", tokens::PEER)?),
+            metrics: Some(plain("metrics", tokens::METRICS)?),
+        })
+    })()
+    .unwrap_or_else(setup);
+    KeyRing::new(keys)
+}
+
+/// A key-value participant on loopback that takes the peer token; returns it and its URL.
+pub async fn serve_participant(dir: &Path, name: &str) -> (Participant<KvStore>, String) {
+    let mut config = ParticipantConfig::new(dir.join(name));
+    config.keys = keys();
+    config.wal.sync = SyncPolicy::Never;
+    // A conflicting prepare waits this long, then votes no: inputs must not wait for long.
+    config.engine.lock_wait_max_ms = 20;
+    let participant = Participant::open(config, KvStore::new)
+        .unwrap_or_else(|e| panic!("harness setup: participant {name}: {e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("harness setup: bind: {e}"));
+    let url = format!(
+        "http://{}",
+        listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("harness setup: address: {e}"))
+    );
+    let app = routes::app(&participant);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (participant, url)
+}
+
+fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("harness setup: a runtime: {e}"));
+        let dir = scratch_dir();
+        let (app, participants) = runtime.block_on(async {
+            let mut urls = BTreeMap::new();
+            let mut participants = Vec::new();
+            for name in ["inventory", "payments"] {
+                let (participant, url) = serve_participant(dir.path(), name).await;
+                let name = ParticipantName::new(name)
+                    .unwrap_or_else(|e| panic!("harness setup: a name: {e}"));
+                urls.insert(name, url);
+                participants.push(participant);
+            }
+            let mut config = Config::for_tests(dir.path().join("coordinator"), urls);
+            config.fsync = false;
+            config.retained_max = 256;
+            config.keys = keys();
+            let metrics = Arc::new(Metrics::default());
+            let state = AppState::new(Arc::clone(&metrics)).with_keys(config.keys.clone());
+            let core = coordinator::runtime::recover(&config, metrics)
+                .await
+                .unwrap_or_else(|e| panic!("harness setup: the coordinator: {e}"));
+            state.set_ready(Arc::clone(&core));
+            tokio::spawn(coordinator::runtime::housekeeping(core));
+            (router(state), participants)
+        });
+        Harness {
+            runtime,
+            app,
+            _participants: participants,
+            _dir: dir,
+        }
+    })
+}
+
+pub fn run(input: &[u8]) {
+    let harness = harness();
+    for request in FuzzRequest::read_all(input) {
+        if let Some(request) = request.build() {
+            harness
+                .runtime
+                .block_on(send_and_check(&harness.app, request));
+        }
+    }
+}
+
+/// Sends one request and returns its status (seed generation checks its seeds are valid).
+pub fn status_of(request: &FuzzRequest) -> Option<u16> {
+    let harness = harness();
+    let built = request.build()?;
+    Some(
+        harness
+            .runtime
+            .block_on(send_and_check(&harness.app, built)),
+    )
+}
+
+/// The data directory of the harness's servers (seed generation reads their logs).
+pub fn data_dir() -> &'static std::path::Path {
+    harness()._dir.path()
+}
