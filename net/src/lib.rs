@@ -7,12 +7,15 @@
 //! - [`tls_connect`]: one TLS handshake on an outbound TCP stream (for hand-built clients).
 //! - [`outbound`]: the policy of every outbound client: no redirects, answers capped in size,
 //!   connect and total time bounded.
-//! - `test_certs` (feature `test-certs`): a private CA and server certificates made at test time.
+//! - `test_certs` and `test_servers` (feature `testing`): a private CA and server certificates
+//!   made at test time, and misbehaving servers for the outbound policy's tests.
 
 pub mod outbound;
 pub mod serve;
-#[cfg(feature = "test-certs")]
+#[cfg(feature = "testing")]
 pub mod test_certs;
+#[cfg(feature = "testing")]
+pub mod test_servers;
 pub mod tls_config;
 pub mod tls_connect;
 pub mod tls_listener;

@@ -7,30 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use net::outbound::{AnswerError, Limits, read_answer, reqwest_client};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-/// A raw HTTP/1.1 server: reads one request per connection, then runs `answer` on the socket.
-async fn raw_server<F, Fut>(answer: F) -> String
-where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let answer = Arc::new(answer);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let answer = Arc::clone(&answer);
-            tokio::spawn(async move {
-                let mut request = vec![0u8; 8192];
-                let _ = socket.read(&mut request).await;
-                answer(socket).await;
-            });
-        }
-    });
-    url
-}
+use net::test_servers::{endless_server, raw_server, silent_server};
+use tokio::io::AsyncWriteExt;
 
 fn limits() -> Limits {
     Limits {
@@ -83,21 +61,7 @@ async fn a_redirect_is_an_error_and_is_not_followed() {
 #[tokio::test]
 async fn an_endless_answer_is_cut_off_at_the_cap() {
     let written = Arc::new(AtomicU64::new(0));
-    let counter = Arc::clone(&written);
-    let endless = raw_server(move |mut socket| {
-        let counter = Arc::clone(&counter);
-        async move {
-            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
-            if socket.write_all(head).await.is_err() {
-                return;
-            }
-            let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "x".repeat(64 * 1024));
-            while socket.write_all(chunk.as_bytes()).await.is_ok() {
-                counter.fetch_add(64 * 1024, Ordering::SeqCst);
-            }
-        }
-    })
-    .await;
+    let endless = endless_server(b'x', Arc::clone(&written)).await;
     let client = reqwest_client(&limits(), None).unwrap();
     let started = Instant::now();
     let response = client.get(format!("{endless}/x")).send().await.unwrap();
@@ -142,11 +106,7 @@ async fn an_announced_oversized_answer_is_refused_before_reading() {
 
 #[tokio::test]
 async fn a_silent_server_costs_the_total_bound() {
-    let silent = raw_server(|socket| async move {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        drop(socket);
-    })
-    .await;
+    let silent = silent_server().await;
     let mut bounds = limits();
     bounds.total = Duration::from_millis(500);
     let client = reqwest_client(&bounds, None).unwrap();

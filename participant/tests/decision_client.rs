@@ -9,35 +9,14 @@ use std::time::{Duration, Instant};
 
 use net::outbound::AnswerError;
 use net::test_certs::TestCa;
+use net::test_servers::{endless_server, raw_server, silent_server};
 use participant::decision_client::{QueryError, ask, build};
 use protocol::DecisionStatus;
 use protocol::auth::KeyRing;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const COMMIT: &[u8] = br#"{"decision":"commit","coordinator_id":"c-1"}"#;
-
-/// A raw HTTP/1.1 server: reads a request on each connection, then runs `answer` on it.
-async fn raw_server<F, Fut>(answer: F) -> String
-where
-    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let answer = Arc::new(answer);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let answer = Arc::clone(&answer);
-            tokio::spawn(async move {
-                let mut request = vec![0u8; 8192];
-                let _ = socket.read(&mut request).await;
-                answer(socket).await;
-            });
-        }
-    });
-    url
-}
 
 fn answer_ok(body: &[u8]) -> Vec<u8> {
     let mut answer = format!(
@@ -105,21 +84,7 @@ async fn a_redirect_is_an_error_and_is_not_followed() {
 #[tokio::test]
 async fn an_endless_answer_is_cut_off_at_the_cap() {
     let written = Arc::new(AtomicU64::new(0));
-    let counter = Arc::clone(&written);
-    let endless = raw_server(move |mut socket| {
-        let counter = Arc::clone(&counter);
-        async move {
-            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
-            if socket.write_all(head).await.is_err() {
-                return;
-            }
-            let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, " ".repeat(64 * 1024));
-            while socket.write_all(chunk.as_bytes()).await.is_ok() {
-                counter.fetch_add(64 * 1024, Ordering::SeqCst);
-            }
-        }
-    })
-    .await;
+    let endless = endless_server(b' ', Arc::clone(&written)).await;
     let client = build(5_000, None).unwrap();
     let started = Instant::now();
     let error = ask(&client, &format!("{endless}/d"), &KeyRing::default())
@@ -143,11 +108,7 @@ async fn an_endless_answer_is_cut_off_at_the_cap() {
 
 #[tokio::test]
 async fn a_silent_coordinator_costs_one_decision_timeout() {
-    let silent = raw_server(|socket| async move {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        drop(socket);
-    })
-    .await;
+    let silent = silent_server().await;
     let client = build(400, None).unwrap();
     let started = Instant::now();
     let error = ask(&client, &format!("{silent}/d"), &KeyRing::default())
