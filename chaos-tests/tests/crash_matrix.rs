@@ -308,7 +308,7 @@ fn participant_after_prepared_durable() {
         format!("{stock} not among the locked keys {:?}", entry.keys),
     );
     let vote = s.chaos.runtime.block_on(probe::probe_lock(
-        &s.chaos.client,
+        &s.chaos.peer_client,
         &base,
         &entry,
         "probe-lock",

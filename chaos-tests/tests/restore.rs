@@ -167,7 +167,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     // log holds neither X nor the run that began it.
     let urls = chaos.urls();
     let said = chaos.runtime.block_on(probe::decision_answer(
-        &chaos.client,
+        &chaos.peer_client,
         &urls,
         &x.id,
         &probe::query_of(&entry),
@@ -276,11 +276,12 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     assert!(view.prepared_nowhere(), "{view:?}");
     let status = view.coordinator.expect("the resolution is X's status now");
     assert_eq!(status.outcome, Some(Outcome::Committed), "{status:?}");
+    let operator = chaos_tests::auth::audited_operator(chaos.cluster.tokens.as_ref(), "ana");
     assert!(
         status
             .reason
             .as_deref()
-            .is_some_and(|r| r.starts_with("resolved by operator ana (audit #1)")),
+            .is_some_and(|r| r.starts_with(&format!("resolved by operator {operator} (audit #1)"))),
         "{status:?}"
     );
     let report = chaos.audit(SETTLE);

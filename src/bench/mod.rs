@@ -169,8 +169,11 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
 
 /// The load's client of `url`, sending `token` on every call. `Endpoint` sends the first peer
 /// token of its key ring, so the caller's token rides there (it is the only one it holds).
-fn endpoint(url: &str, token: Option<protocol::auth::Token>) -> Result<Endpoint> {
-    let endpoint = Endpoint::new(url).with_context(|| format!("coordinator URL {url:?}"))?;
+fn endpoint(
+    url: &str,
+    token: Option<protocol::auth::Token>,
+) -> Result<Endpoint, coordinator::http_client::BadBaseUrl> {
+    let endpoint = Endpoint::new(url)?;
     Ok(match token {
         Some(token) => endpoint.with_keys(protocol::auth::KeyRing::new(protocol::auth::Keys {
             peer: Some(vec![token]),
@@ -214,9 +217,13 @@ async fn run(args: Args) -> Result<()> {
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
         Some(url) => Target {
-            coordinator: Arc::new(match args.client.tls()? {
-                Some(tls) => endpoint(url, token_of(&args.client)?)?.with_tls(tls),
-                None => endpoint(url, token_of(&args.client)?)?,
+            coordinator: Arc::new({
+                let target = endpoint(url, token_of(&args.client)?)
+                    .with_context(|| format!("--target-coordinator {url:?}"))?;
+                match args.client.tls()? {
+                    Some(tls) => target.with_tls(tls),
+                    None => target,
+                }
             }),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),

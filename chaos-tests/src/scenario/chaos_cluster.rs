@@ -95,6 +95,8 @@ pub struct ChaosCluster {
     pub spec: ClusterSpec,
     pub config: CheckoutConfig,
     pub client: reqwest::Client,
+    /// Sends the peer token: asks the coordinator what a participant in doubt would.
+    pub peer_client: reqwest::Client,
     /// Ledger totals before the first order.
     pub before: Totals,
     /// Every order run so far with what its client heard.
@@ -170,6 +172,11 @@ impl ChaosCluster {
             .timeout(Duration::from_secs(20))
             .build()
             .expect("http client");
+        let peer_client = crate::auth::http_client_as(cluster.tokens.as_ref().map(|t| &t.peer))
+            .no_proxy()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("http client");
         let mut chaos = ChaosCluster {
             cluster,
             proxies,
@@ -177,6 +184,7 @@ impl ChaosCluster {
             spec,
             config: options.config.clone(),
             client,
+            peer_client,
             before: Totals::default(),
             record: Vec::new(),
             runtime,

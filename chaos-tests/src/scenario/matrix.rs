@@ -119,9 +119,12 @@ impl Scenario {
     /// attempt of it is known anywhere (see [`probe::attempt`]).
     pub fn decision(&self, order: &Order) -> Option<DecisionStatus> {
         let urls = self.chaos.urls();
-        self.chaos
-            .runtime
-            .block_on(probe::decision(&self.chaos.client, &urls, &order.id))
+        self.chaos.runtime.block_on(probe::decision(
+            &self.chaos.client,
+            &self.chaos.peer_client,
+            &urls,
+            &order.id,
+        ))
     }
 
     pub fn ledgers(&self, order: &Order) -> (i64, i64) {
@@ -169,7 +172,7 @@ impl Scenario {
                 // for any id it had not seen; an id is no attempt).
                 let urls = self.chaos.urls();
                 let bare = self.chaos.runtime.block_on(probe::bare_decision(
-                    &self.chaos.client,
+                    &self.chaos.peer_client,
                     &urls,
                     &order.id,
                 ));

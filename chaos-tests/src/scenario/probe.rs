@@ -94,8 +94,10 @@ pub async fn prepared_at(client: &reqwest::Client, base: &str) -> Vec<PreparedEn
 /// incarnation and position (the epoch only names the run in its reasons), so the epoch of the
 /// coordinator's current run stands in for it then. `None`: neither the coordinator nor any
 /// participant has an attempt of `id`, so no participant can ask about one.
+/// `peer` asks the coordinator as a participant would (it sends the peer token).
 pub async fn attempt(
     client: &reqwest::Client,
+    peer: &reqwest::Client,
     urls: &ClusterUrls,
     id: &str,
 ) -> Option<DecisionQuery> {
@@ -115,7 +117,7 @@ pub async fn attempt(
         .gtid
         .parts()
         .unwrap_or_else(|| panic!("the coordinator's gtid {} is not composed", status.gtid));
-    let epoch = bare_decision(client, urls, id)
+    let epoch = bare_decision(peer, urls, id)
         .await
         .epoch
         .unwrap_or_else(|| panic!("the coordinator's decision answer carries no epoch"));
@@ -137,16 +139,17 @@ pub fn query_of(entry: &PreparedEntry) -> DecisionQuery {
     }
 }
 
-/// What the coordinator tells a participant in doubt about attempt `query` of client id `id`.
+/// What the coordinator tells a participant in doubt about attempt `query` of client id `id`
+/// (`peer` sends the peer token, as a participant does).
 pub async fn decision_answer(
-    client: &reqwest::Client,
+    peer: &reqwest::Client,
     urls: &ClusterUrls,
     id: &str,
     query: &DecisionQuery,
 ) -> DecisionQueryResponse {
     let txid = TxId::new(id).unwrap_or_else(|e| panic!("{id}: {e}"));
     get_json::<DecisionQueryResponse>(
-        client,
+        peer,
         format!(
             "{}{}",
             urls.coordinator,
@@ -162,22 +165,24 @@ pub async fn decision_answer(
 /// `None` when no attempt of `id` is known anywhere.
 pub async fn decision(
     client: &reqwest::Client,
+    peer: &reqwest::Client,
     urls: &ClusterUrls,
     id: &str,
 ) -> Option<DecisionStatus> {
-    let query = attempt(client, urls, id).await?;
-    Some(decision_answer(client, urls, id, &query).await.decision)
+    let query = attempt(client, peer, urls, id).await?;
+    Some(decision_answer(peer, urls, id, &query).await.decision)
 }
 
 /// A decision query that names no attempt (as a participant of an older protocol would send):
-/// the coordinator can only answer `unknown`, with its own id, epoch and incarnation.
+/// the coordinator can only answer `unknown`, with its own id, epoch and incarnation. `peer`
+/// sends the peer token.
 pub async fn bare_decision(
-    client: &reqwest::Client,
+    peer: &reqwest::Client,
     urls: &ClusterUrls,
     id: &str,
 ) -> DecisionQueryResponse {
     get_json::<DecisionQueryResponse>(
-        client,
+        peer,
         format!("{}/v1/transactions/{id}/decision", urls.coordinator),
     )
     .await
@@ -201,9 +206,10 @@ pub async fn ledgers(client: &reqwest::Client, urls: &ClusterUrls, order: &Order
 }
 
 /// Sends a prepare that touches `key` straight to a participant, as the coordinator of `entry`
-/// would: a participant holding `key` locked must vote no. Returns the vote.
+/// would: a participant holding `key` locked must vote no. Returns the vote. `peer` sends the
+/// peer token, as the coordinator does.
 pub async fn probe_lock(
-    client: &reqwest::Client,
+    peer: &reqwest::Client,
     base: &str,
     entry: &PreparedEntry,
     probe_txid: &str,
@@ -226,7 +232,7 @@ pub async fn probe_lock(
     // Type-check the body against the wire type before sending.
     let _: PrepareRequest =
         serde_json::from_value(request.clone()).map_err(|e| format!("probe body: {e}"))?;
-    let response = client
+    let response = peer
         .post(format!("{base}/2pc/prepare"))
         .json(&request)
         .send()
