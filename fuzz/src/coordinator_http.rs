@@ -29,9 +29,16 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// A scratch directory for this process's servers: under `TWOPC_FUZZ_SCRATCH` (run.sh sets it
+/// and removes it after the run: statics are never dropped, so the process cannot), else on a
+/// memory file system where there is one.
 pub fn scratch_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    let made = if shm.is_dir() {
+    let made = if let Some(dir) = std::env::var_os("TWOPC_FUZZ_SCRATCH") {
+        tempfile::Builder::new()
+            .prefix("twopc-fuzz-")
+            .tempdir_in(dir)
+    } else if shm.is_dir() {
         tempfile::Builder::new()
             .prefix("twopc-fuzz-")
             .tempdir_in(shm)
@@ -144,7 +151,7 @@ fn cap_wait(request: &mut FuzzRequest) {
     };
     let timeout = body.get("timeout_ms").and_then(serde_json::Value::as_u64);
     if timeout.is_none_or(|ms| ms > TIMEOUT_MS_CAP)
-        && !body.get("timeout_ms").is_some_and(|v| !v.is_u64())
+        && body.get("timeout_ms").is_none_or(|v| v.is_u64())
     {
         body.insert("timeout_ms".to_string(), TIMEOUT_MS_CAP.into());
         request.body = serde_json::Value::Object(body).to_string().into_bytes();
