@@ -44,10 +44,15 @@ run_one() {
     local artifacts="$PWD/artifacts/$target/"
     mkdir -p "$work" "$artifacts" "corpus/$target"
     local status=0
-    "$bin_dir/$target" "$work" "corpus/$target" \
+    # The harnesses' servers keep their files here (on a memory file system where there is
+    # one); removed after the run, since a fuzzing process never cleans up after itself.
+    local scratch
+    scratch="$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/twopc-fuzz-$target.XXXXXX")"
+    TWOPC_FUZZ_SCRATCH="$scratch" "$bin_dir/$target" "$work" "corpus/$target" \
         -max_total_time="$FUZZ_SECONDS" -timeout=60 -rss_limit_mb=4096 \
         -artifact_prefix="$artifacts" -print_final_stats=1 \
         >"$logs/$target.log" 2>&1 || status=$?
+    rm -rf "$scratch"
     echo "$status" >"$logs/$target.status"
 }
 

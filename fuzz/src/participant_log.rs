@@ -18,18 +18,7 @@ use crate::records::RecordLog;
 
 fn data_dir() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let shm = Path::new("/dev/shm");
-        let made = if shm.is_dir() {
-            tempfile::Builder::new()
-                .prefix("twopc-fuzz-")
-                .tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        };
-        made.unwrap_or_else(|e| panic!("harness setup: a temporary directory: {e}"))
-    })
-    .path()
+    DIR.get_or_init(crate::coordinator_http::scratch_dir).path()
 }
 
 fn config() -> ParticipantConfig {
