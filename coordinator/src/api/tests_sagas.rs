@@ -257,3 +257,67 @@ async fn wait_none_answers_202_and_bad_inputs_name_the_problem() {
         assert!(answer["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
 }
+
+/// Found by the `coordinator_http` fuzz target: a saga whose compensation keeps failing never
+/// ends (compensations are retried for ever), and `?wait=terminal` waited with it. The wait is
+/// bounded by the saga's deadline plus two delivery timeouts; then the answer is 202 with the
+/// saga as it stands.
+#[tokio::test]
+async fn a_saga_whose_compensation_keeps_failing_answers_202_once_the_wait_is_up() {
+    async fn action(axum::Json(body): axum::Json<Value>) -> axum::Json<Value> {
+        if body["payload"]["fail"] == json!(true) || body["action"]["fail"] == json!(true) {
+            axum::Json(json!({"status": "failed", "reason": "declined"}))
+        } else {
+            axum::Json(json!({"status": "done", "result": {}}))
+        }
+    }
+    let app = Router::new()
+        .route("/saga/action", post(action))
+        .route(
+            "/saga/compensate",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "down") }),
+        )
+        .route(
+            "/saga/ops/{op_id}",
+            get(|Path(op_id): Path<String>| async move {
+                axum::Json(json!({"op_id": op_id, "status": "not_found"}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let participants: BTreeMap<_, _> = ["inventory", "payments", "mailer"]
+        .iter()
+        .map(|n| (ParticipantName::new(*n).unwrap(), url.clone()))
+        .collect();
+    let mut config = Config::for_tests(dir.path().to_path_buf(), participants);
+    config.delivery_timeout_ms = 200;
+    let metrics = Arc::new(Metrics::default());
+    let state = AppState::new(Arc::clone(&metrics));
+    let core = recover(&config, metrics).await.unwrap();
+    state.set_ready(Arc::clone(&core));
+    let app = router(state);
+    let mut saga = checkout("order-stuck", true);
+    saga["timeout_ms"] = json!(500);
+    let started = std::time::Instant::now();
+    let (status, body) = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        call(&app, "POST", "/v1/sagas", Some(saga)),
+    )
+    .await
+    .expect("POST /v1/sagas still waiting after 20 s");
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["state"], "compensating", "{body}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    // The saga goes on compensating; a GET shows the same state.
+    let (status, again) = call(&app, "GET", "/v1/sagas/order-stuck", None).await;
+    assert_eq!(
+        (status, &again["state"]),
+        (StatusCode::OK, &json!("compensating"))
+    );
+}

@@ -65,6 +65,11 @@ impl SagaShell {
 impl Core {
     /// Starts (or joins) a saga and waits for the answer the request asked for. `None` means
     /// the process is shutting down before an answer came.
+    ///
+    /// A wait for the terminal state is bounded: compensations are retried for ever, so a
+    /// saga whose compensation keeps failing may never end, and its client must not hang with
+    /// it. Past the saga's deadline plus two delivery timeouts (room for one compensation
+    /// round), the answer is the saga as it stands, `Accepted` (202: poll `GET`).
     pub async fn submit_saga(
         self: &Arc<Self>,
         request: SagaRequest,
@@ -75,6 +80,12 @@ impl Core {
         let waiter = self.sagas.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = oneshot::channel();
         self.sagas.lock_waiters().insert(waiter, sender);
+        let id = request.id.clone();
+        let bound = Duration::from_millis(
+            request
+                .timeout_ms()
+                .saturating_add(self.config.delivery_timeout_ms.saturating_mul(2)),
+        );
         self.apply_saga(SagaEvent::Submit {
             waiter,
             wait,
@@ -83,7 +94,15 @@ impl Core {
             now_ms: now_ms(),
             client,
         });
-        receiver.await.ok()
+        match tokio::time::timeout(bound, receiver).await {
+            Ok(answer) => answer.ok(),
+            Err(_) => {
+                // The engine's later reply to this waiter finds no sender and is dropped.
+                self.sagas.lock_waiters().remove(&waiter);
+                let view = self.saga_status(&id)?;
+                Some(Ok(SagaReply::Accepted(view)))
+            }
+        }
     }
 
     pub fn saga_status(&self, id: &TxId) -> Option<SagaResponse> {
