@@ -1065,33 +1065,10 @@ fn replay_lets_a_reused_id_supersede_the_ended_one() {
 /// status, and survives a checkpoint and a replay: the transaction says who asked for it.
 #[test]
 fn the_client_name_is_recorded_through_decision_snapshot_and_replay() {
-    let Event::Submit {
-        waiter,
-        wait,
-        txid,
-        digest,
-        participants,
-        timeout_ms,
-        now_ms,
-        archived,
-        archive_generation,
-        ..
-    } = submit()
-    else {
-        unreachable!("submit() is a Submit");
-    };
-    let named = Event::Submit {
-        waiter,
-        wait,
-        txid,
-        digest,
-        participants,
-        timeout_ms,
-        now_ms,
-        archived,
-        archive_generation,
-        client: Some("shop".to_string()),
-    };
+    let mut named = submit();
+    if let Event::Submit { client, .. } = &mut named {
+        *client = Some("shop".to_string());
+    }
     let mut engine = Engine::new(CONFIG, identity());
     let begun = engine.step(named);
     let Some(Command::AppendLazy(LogRecord::Begin(begin))) = begun.first() else {
