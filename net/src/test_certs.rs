@@ -1,5 +1,5 @@
 //! A private CA and server certificates made at test time (rcgen, ring), written as PEM files
-//! for the `--tls-*` flags. For tests only (feature `test-certs`); must never be used to make
+//! for the `--tls-*` flags. For tests only (feature `testing`); must never be used to make
 //! certificates for a real deployment (docs/operations.md, "TLS", says how).
 
 use std::path::{Path, PathBuf};
