@@ -3,38 +3,20 @@
 //! trusted CA, an untrusted one, and a certificate for another name.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use coordinator::http_client::{ANSWER_BYTES_MAX, CallError, Endpoint};
 use net::test_certs::TestCa;
-use net::test_servers::{endless_server, raw_server, silent_server};
-use tokio::io::AsyncWriteExt;
+use net::test_servers::{endless_server, redirecting_server, silent_server};
 use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn a_redirect_is_an_error_and_is_not_followed() {
-    let followed = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&followed);
-    let target = raw_server(move |mut socket| {
-        let seen = Arc::clone(&seen);
-        async move {
-            seen.store(true, Ordering::SeqCst);
-            let _ = socket
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"vote\":\"yes\"}")
-                .await;
-        }
-    })
-    .await;
-    let head = format!(
-        "HTTP/1.1 308 Permanent Redirect\r\nlocation: {target}/2pc/prepare\r\ncontent-length: 0\r\n\r\n"
-    );
-    let redirecting = raw_server(move |mut socket| {
-        let head = head.clone();
-        async move {
-            let _ = socket.write_all(head.as_bytes()).await;
-        }
-    })
+    let (redirecting, followed) = redirecting_server(
+        "308 Permanent Redirect",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"vote\":\"yes\"}".to_vec(),
+    )
     .await;
     let endpoint = Endpoint::new(&redirecting).unwrap();
     let error = endpoint

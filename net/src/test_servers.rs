@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,6 +51,35 @@ pub async fn endless_server(fill: u8, written: Arc<AtomicU64>) -> String {
         }
     })
     .await
+}
+
+/// A server that answers every request with a redirect (`status_line`, e.g. `307 Temporary
+/// Redirect`) to `/elsewhere` on a second server, which would answer `there`. Returns the
+/// redirecting server's URL and whether anyone reached the second one (a followed redirect).
+pub async fn redirecting_server(status_line: &str, there: Vec<u8>) -> (String, Arc<AtomicBool>) {
+    let followed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&followed);
+    let there = Arc::new(there);
+    let target = raw_server(move |mut socket| {
+        let seen = Arc::clone(&seen);
+        let there = Arc::clone(&there);
+        async move {
+            seen.store(true, Ordering::SeqCst);
+            let _ = socket.write_all(&there).await;
+        }
+    })
+    .await;
+    let head = Arc::new(format!(
+        "HTTP/1.1 {status_line}\r\nlocation: {target}/elsewhere\r\ncontent-length: 0\r\n\r\n"
+    ));
+    let redirecting = raw_server(move |mut socket| {
+        let head = Arc::clone(&head);
+        async move {
+            let _ = socket.write_all(head.as_bytes()).await;
+        }
+    })
+    .await;
+    (redirecting, followed)
 }
 
 /// Accepts, reads the request, and says nothing for 30 s.

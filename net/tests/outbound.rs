@@ -3,11 +3,11 @@
 //! silent server costs the caller its time bound and no more.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use net::outbound::{AnswerError, Limits, read_answer, reqwest_client};
-use net::test_servers::{endless_server, raw_server, silent_server};
+use net::test_servers::{endless_server, raw_server, redirecting_server, silent_server};
 use tokio::io::AsyncWriteExt;
 
 fn limits() -> Limits {
@@ -20,27 +20,10 @@ fn limits() -> Limits {
 
 #[tokio::test]
 async fn a_redirect_is_an_error_and_is_not_followed() {
-    let followed = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&followed);
-    let target = raw_server(move |mut socket| {
-        let seen = Arc::clone(&seen);
-        async move {
-            seen.store(true, Ordering::SeqCst);
-            let _ = socket
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-        }
-    })
-    .await;
-    let location = format!("{target}/elsewhere");
-    let redirecting = raw_server(move |mut socket| {
-        let head = format!(
-            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
-        );
-        async move {
-            let _ = socket.write_all(head.as_bytes()).await;
-        }
-    })
+    let (redirecting, followed) = redirecting_server(
+        "307 Temporary Redirect",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+    )
     .await;
     let client = reqwest_client(&limits(), None).unwrap();
     let response = client.get(format!("{redirecting}/x")).send().await.unwrap();

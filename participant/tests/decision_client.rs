@@ -4,12 +4,12 @@
 //! timeout; over HTTPS it trusts the given CA and nobody else.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use net::outbound::AnswerError;
 use net::test_certs::TestCa;
-use net::test_servers::{endless_server, raw_server, silent_server};
+use net::test_servers::{endless_server, raw_server, redirecting_server, silent_server};
 use participant::decision_client::{QueryError, ask, build};
 use protocol::DecisionStatus;
 use protocol::auth::KeyRing;
@@ -43,26 +43,7 @@ async fn a_well_behaved_coordinator_is_understood() {
 
 #[tokio::test]
 async fn a_redirect_is_an_error_and_is_not_followed() {
-    let followed = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&followed);
-    let elsewhere = raw_server(move |mut socket| {
-        let seen = Arc::clone(&seen);
-        async move {
-            seen.store(true, Ordering::SeqCst);
-            let _ = socket.write_all(&answer_ok(COMMIT)).await;
-        }
-    })
-    .await;
-    let head = format!(
-        "HTTP/1.1 302 Found\r\nlocation: {elsewhere}/decision\r\ncontent-length: 0\r\n\r\n"
-    );
-    let redirecting = raw_server(move |mut socket| {
-        let head = head.clone();
-        async move {
-            let _ = socket.write_all(head.as_bytes()).await;
-        }
-    })
-    .await;
+    let (redirecting, followed) = redirecting_server("302 Found", answer_ok(COMMIT)).await;
     let client = build(2_000, None).unwrap();
     let error = ask(&client, &format!("{redirecting}/d"), &KeyRing::default())
         .await
