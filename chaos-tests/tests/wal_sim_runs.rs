@@ -624,6 +624,7 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                             payload,
                             started_at_ms: None,
                             lock_wait_ms: None,
+                            participants: None,
                         },
                         now_ms: 1,
                         waiter: next,

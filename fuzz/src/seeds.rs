@@ -174,6 +174,7 @@ fn participant_seeds() -> Vec<(&'static str, FuzzRequest, u16)> {
         payload,
         started_at_ms: None,
         lock_wait_ms: None,
+        participants: None,
     };
     let decision = |txid: &str, gtid: &GlobalTxId| DecisionRequest {
         txid: protocol::TxId::new(txid).unwrap(),

@@ -197,6 +197,11 @@ impl std::fmt::Display for ErrorCode {
 pub struct ErrorBody {
     pub error: ErrorCode,
     pub message: String,
+    /// With `stale_epoch`, `incarnation_conflict` and `epoch_too_high` from a participant: the
+    /// highest epoch it holds for the sender's coordinator id. A coordinator that learns its
+    /// epoch was passed or claimed by another run logs an epoch above it (docs/protocol.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_epoch: Option<crate::Epoch>,
 }
 
 impl ErrorBody {
@@ -204,7 +209,14 @@ impl ErrorBody {
         Self {
             error,
             message: message.into(),
+            highest_epoch: None,
         }
+    }
+
+    /// Names the highest epoch the answering participant holds (see `highest_epoch`).
+    pub fn with_highest_epoch(mut self, epoch: crate::Epoch) -> Self {
+        self.highest_epoch = Some(epoch);
+        self
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
+use crate::ids::{CoordinatorId, Epoch, GlobalTxId, Incarnation, ParticipantName, TxId};
 
 /// `POST {base}/2pc/prepare`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +36,12 @@ pub struct PrepareRequest {
     /// participant's maximum applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_wait_ms: Option<u64>,
+    /// Every participant the attempt names (this one among them), so that each can vouch for
+    /// the list when the coordinator's log no longer holds it (a restore): an operator's
+    /// commit needs every one of them prepared, and the list must come from the attempt, not
+    /// from the operator. Absent from older coordinators; serialized only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<ParticipantName>>,
 }
 
 /// The answer to a prepare. A yes is a promise: the prepared state is durable and the
@@ -177,6 +183,7 @@ mod tests {
             payload: json!({"ops": [{"op": "put", "key": "k", "value": "v"}]}),
             started_at_ms: None,
             lock_wait_ms: None,
+            participants: None,
         };
         // Without the lock-wait fields the body is what older participants accept.
         round_trip(

@@ -27,11 +27,16 @@ pub enum AttemptState {
 pub struct AttemptStatus {
     pub gtid: GlobalTxId,
     pub state: AttemptState,
-    /// The client id it was prepared under, while it is prepared.
+    /// The client id it was prepared under, where the participant still knows it (always
+    /// while prepared). An operator's resolution under another id is refused on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub txid: Option<TxId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_at_ms: Option<u64>,
+    /// Every participant the attempt named, as its prepare said (absent when the prepare came
+    /// from a coordinator that did not send the list, or the participant no longer holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<ParticipantName>>,
 }
 
 /// `POST /v1/transactions/{id}/resolve`.
@@ -79,6 +84,12 @@ pub struct ParticipantEvidence {
     pub prepared_at_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The client id the participant holds the attempt under, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txid: Option<TxId>,
+    /// The attempt's participants as this participant's prepare named them, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<ParticipantName>>,
 }
 
 /// Everything known about one attempt when an operator acted on it.

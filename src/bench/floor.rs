@@ -190,6 +190,10 @@ async fn relay_transaction(
         .next_position
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let gtid = GlobalTxId::compose(&relay.coordinator_id, incarnation, position);
+    let named: Vec<ParticipantName> = legs
+        .iter()
+        .filter_map(|(name, _)| ParticipantName::new(name.clone()).ok())
+        .collect();
     let mut prepares = tokio::task::JoinSet::new();
     for (name, payload) in &legs {
         let request = PrepareRequest {
@@ -203,6 +207,8 @@ async fn relay_transaction(
             // The floor has no coordinator clock: participants order by arrival.
             started_at_ms: None,
             lock_wait_ms: None,
+            // The same bytes a coordinator sends, so the floor stays a fair reference.
+            participants: Some(named.clone()),
         };
         prepares.spawn(exchange(
             Arc::clone(&relay),

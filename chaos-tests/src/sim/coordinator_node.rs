@@ -737,6 +737,7 @@ impl CoordinatorNode {
                 payload,
                 timeout_ms,
                 started_at_ms,
+                named,
             } => {
                 let rid = io.rid();
                 let index = self.part_index(&participant);
@@ -758,6 +759,7 @@ impl CoordinatorNode {
                             started_at_ms: Some(started_at_ms),
                             // As the real runtime does: the no arrives before the deadline.
                             lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
+                            participants: Some(named),
                         },
                     },
                 });

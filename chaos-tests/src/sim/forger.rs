@@ -79,6 +79,7 @@ pub fn forge(
                 payload: serde_json::json!({"ops": []}),
                 started_at_ms: None,
                 lock_wait_ms: None,
+                participants: None,
             },
         }
     };

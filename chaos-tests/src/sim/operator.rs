@@ -96,6 +96,8 @@ impl World {
                     prepared_at_ms: None,
                     state: p.engine.as_ref().map(|e| e.attempt_status(&gtid).state),
                     error: p.engine.is_none().then(|| "down".to_string()),
+                    txid: None,
+                    participants: None,
                 })
                 .collect();
             // The operator knows the order's participants from the client's request.

@@ -110,6 +110,9 @@ pub enum Command {
         timeout_ms: u64,
         /// The attempt's `created_at_ms`: participants order lock waits by it (oldest first).
         started_at_ms: u64,
+        /// Every participant the attempt names, sent with the prepare so that each can vouch
+        /// for the list if this log is ever lost (an operator's resolution needs it).
+        named: Vec<ParticipantName>,
     },
     /// Send `PrepareDeadline` after this long.
     ArmPrepareDeadline { txid: TxId, after_ms: u64 },

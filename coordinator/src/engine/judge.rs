@@ -211,6 +211,8 @@ mod tests {
             prepared_at_ms: None,
             state: Some(state),
             error: None,
+            txid: None,
+            participants: None,
         }
     }
 
@@ -220,6 +222,8 @@ mod tests {
             prepared_at_ms: None,
             state: None,
             error: Some("connection refused".into()),
+            txid: None,
+            participants: None,
         }
     }
 

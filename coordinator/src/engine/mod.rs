@@ -406,6 +406,8 @@ impl Engine {
             created_at_ms: now_ms,
             client: client.clone(),
         }))];
+        let named: Vec<ParticipantName> =
+            participants.iter().map(|(name, _)| name.clone()).collect();
         for (name, payload) in &participants {
             commands.push(Command::SendPrepare {
                 txid: txid.clone(),
@@ -414,6 +416,7 @@ impl Engine {
                 payload: payload.clone(),
                 timeout_ms,
                 started_at_ms: now_ms,
+                named: named.clone(),
             });
         }
         commands.push(Command::ArmPrepareDeadline {

@@ -232,6 +232,7 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
                     payload: json!({"pa": 1}),
                     timeout_ms: 500,
                     started_at_ms: 1000,
+                    named: vec![name("a"), name("b")],
                 },
                 Command::SendPrepare {
                     txid: id("t"),
@@ -240,6 +241,7 @@ fn each_event_in_each_state_gives_exactly_these_commands() {
                     payload: json!({"pb": 2}),
                     timeout_ms: 500,
                     started_at_ms: 1000,
+                    named: vec![name("a"), name("b")],
                 },
                 Command::ArmPrepareDeadline {
                     txid: id("t"),

@@ -87,6 +87,18 @@ pub struct Core {
     leases: crate::leases::Leases,
 }
 
+/// One prepare to send (`Command::SendPrepare`).
+#[derive(Debug)]
+struct PrepareJob {
+    txid: TxId,
+    attempt: Attempt,
+    participant: ParticipantName,
+    payload: serde_json::Value,
+    timeout_ms: u64,
+    started_at_ms: u64,
+    named: Vec<ParticipantName>,
+}
+
 /// A new transaction, checked by the API.
 #[derive(Debug)]
 pub struct NewTransaction {
@@ -532,15 +544,17 @@ impl Core {
                 payload,
                 timeout_ms,
                 started_at_ms,
+                named,
             } => {
-                tokio::spawn(Arc::clone(self).prepare(
+                tokio::spawn(Arc::clone(self).prepare(PrepareJob {
                     txid,
                     attempt,
                     participant,
                     payload,
                     timeout_ms,
                     started_at_ms,
-                ));
+                    named,
+                }));
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
                 let core = Arc::clone(self);
@@ -600,15 +614,16 @@ impl Core {
         }
     }
 
-    async fn prepare(
-        self: Arc<Self>,
-        txid: TxId,
-        attempt: Attempt,
-        participant: ParticipantName,
-        payload: serde_json::Value,
-        timeout_ms: u64,
-        started_at_ms: u64,
-    ) {
+    async fn prepare(self: Arc<Self>, job: PrepareJob) {
+        let PrepareJob {
+            txid,
+            attempt,
+            participant,
+            payload,
+            timeout_ms,
+            started_at_ms,
+            named,
+        } = job;
         let started = Instant::now();
         let (vote, reason) = match self.participants.get(&participant) {
             Some(endpoint) => {
@@ -624,6 +639,7 @@ impl Core {
                     // A quarter of the deadline is left for the no vote to travel back before
                     // the coordinator stops waiting (and records a timeout instead).
                     lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
+                    participants: Some(named),
                 };
                 let outcome =
                     participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms))

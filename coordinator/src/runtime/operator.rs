@@ -569,7 +569,9 @@ impl Core {
             evidence.push(ParticipantEvidence {
                 participant: name.clone(),
                 state: said.as_ref().map(|s| s.state),
-                prepared_at_ms: said.and_then(|s| s.prepared_at_ms),
+                prepared_at_ms: said.as_ref().and_then(|s| s.prepared_at_ms),
+                txid: said.as_ref().and_then(|s| s.txid.clone()),
+                participants: said.and_then(|s| s.participants),
                 error,
             });
         }

@@ -96,6 +96,7 @@ impl<R: Resource> Engine<R> {
                 state: AttemptState::Prepared,
                 txid: Some(prepared.txid.clone()),
                 prepared_at_ms: Some(prepared.prepared_at_ms),
+                participants: None,
             };
         }
         let state = match self.tombstones.get(gtid).map(|r| &r.ended) {
@@ -110,6 +111,7 @@ impl<R: Resource> Engine<R> {
             state,
             txid: None,
             prepared_at_ms: None,
+            participants: None,
         }
     }
 

@@ -50,6 +50,7 @@ impl<R: Resource> Engine<R> {
             payload,
             started_at_ms,
             lock_wait_ms,
+            participants: _,
         } = request;
         if let Err(rejection) = check_owner(&gtid, &coordinator_id) {
             return vec![Command::Reply(Reply::Reject(rejection))];

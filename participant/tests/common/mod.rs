@@ -166,6 +166,7 @@ pub fn prepare_as(
         payload,
         started_at_ms: None,
         lock_wait_ms: None,
+        participants: None,
     }
 }
 
