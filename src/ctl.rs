@@ -108,6 +108,15 @@ pub enum CtlCommand {
         #[arg(long, env = "USER", default_value = "operator")]
         operator: String,
     },
+    /// Clear the "log behind" mark (audited): after checking that the evidence it rests on
+    /// is a mistake, or accepting that this log lost a run (docs/operations.md, "Restores").
+    ClearBehind {
+        /// Why, for the audit trail.
+        #[arg(long)]
+        reason: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        operator: String,
+    },
     /// Leases held now, with holder, token and time left.
     Leases,
     /// One saga: its steps in the coordinator's log beside what each participant says.
@@ -292,6 +301,21 @@ async fn run(args: Args) -> Result<(), Failed> {
             call.print(&answer, |b| {
                 let saga: protocol::saga::SagaResponse = serde_json::from_value(b.clone())?;
                 Ok(sagas_text(&protocol::saga::SagaList { sagas: vec![saga] }))
+            })
+        }
+        CtlCommand::ClearBehind { reason, operator } => {
+            let answer = call
+                .post(
+                    protocol::routes::LOG_BEHIND_CLEAR,
+                    &json!({"operator": operator, "reason": reason}),
+                )
+                .await?;
+            call.print(&answer, |b| {
+                Ok(format!(
+                    "log-behind mark cleared (audit #{}); it rested on: {}\n",
+                    b["audit_seq"],
+                    b["cleared"].as_str().unwrap_or("")
+                ))
             })
         }
         CtlCommand::Saga { id } => {
@@ -635,6 +659,9 @@ fn audit_text(list: &AuditList) -> String {
             } => format!("retry participant {participant}: {retried} deliveries"),
             AuditAction::RetrySaga { id } => format!("retry saga {id}"),
             AuditAction::ResolveSagaByHand { id } => format!("settle saga {id} by hand"),
+            AuditAction::ClearBehind { cleared } => {
+                format!("clear the log-behind mark (it rested on: {cleared})")
+            }
         };
         out.push_str(&format!(
             "#{} at {} ms by {}: {what} ({})\n",

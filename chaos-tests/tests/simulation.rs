@@ -263,6 +263,26 @@ fn taking_any_epoch_from_an_unauthenticated_sender_is_caught() {
 }
 
 #[test]
+fn believing_a_decision_query_about_an_unknown_run_is_caught() {
+    // Issue 24, item 2: a hostile peer's made-up run stopped new work for good.
+    let failure = first_catch(Mutation::BehindFromQuery);
+    eprintln!("{failure}");
+    assert_eq!(failure.invariant, "liveness", "{failure}");
+}
+
+#[test]
+fn a_resolution_not_bound_to_the_attempts_identity_is_caught() {
+    // Issue 24, item 1: a resolve under another id, or of a gtid not yet given out, was
+    // accepted, and its answer outranked the log.
+    let failure = first_catch(Mutation::UncheckedClaim);
+    eprintln!("{failure}");
+    assert!(
+        ["resolution", "answers", "agreement", "atomicity"].contains(&failure.invariant.as_str()),
+        "{failure}"
+    );
+}
+
+#[test]
 fn counting_a_timed_out_vote_as_yes_is_caught() {
     let failure = first_catch(Mutation::TimeoutCountsAsYes);
     eprintln!("{failure}");

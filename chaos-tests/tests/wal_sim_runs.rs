@@ -257,6 +257,10 @@ impl Coordinator {
                 CCommand::SendPrepare { .. }
                 | CCommand::ArmPrepareDeadline { .. }
                 | CCommand::Archive(_) => {}
+                // Nothing here refuses a message: no mark, no raise.
+                CCommand::AppendForced(_) | CCommand::AppendEpoch(_) => {
+                    panic!("a mark or a raise without a refusal")
+                }
             }
         }
         for event in follow {

@@ -80,7 +80,12 @@ pub struct Metrics {
     /// Decision queries refused 429 `rate_limited`: a caller that does not authenticate asked
     /// about too many attempts this coordinator has no record of.
     pub decision_queries_rate_limited: AtomicU64,
-    /// 1 once this run learned that its log is behind what participants saw.
+    /// Decision queries that named a run this log does not hold: a restored log, or a made-up
+    /// query. Counted and answered `unknown`; never taken as proof of anything.
+    pub unknown_run_queries: AtomicU64,
+    /// Raises of this run's epoch past a run a participant holds (`runtime::fencing`).
+    pub epoch_raises: AtomicU64,
+    /// 1 while this log is marked behind what participants saw (until an operator clears it).
     pub log_behind: AtomicU64,
     /// Unfinished transactions (preparing, committing or aborting) found in the log at start.
     pub recovered_transactions: AtomicU64,
@@ -258,6 +263,18 @@ impl Metrics {
             "twopc_coordinator_unknown_answers_total",
             "Decision queries answered unknown: the log cannot prove the attempt's outcome.",
             self.unknown_answers.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_unknown_run_queries_total",
+            "Decision queries naming a run this log does not hold (a restored log, or a made-up query).",
+            self.unknown_run_queries.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "twopc_coordinator_epoch_raises_total",
+            "Raises of this run's epoch past a run that a participant holds.",
+            self.epoch_raises.load(Ordering::Relaxed),
         );
         counter(
             &mut out,

@@ -62,6 +62,14 @@ pub enum ErrorCode {
     /// Operator resolve: the evidence cannot prove the decision safe (a participant could not
     /// be asked, forgot the attempt, or the attempt's participants are not known).
     InsufficientEvidence,
+    /// Operator resolve: the attempt belongs to another transaction id (in this coordinator's
+    /// records, or as a participant holds it); it is only resolved under its own.
+    AttemptIdMismatch,
+    /// Operator resolve: this run has not given out that attempt id (a position past the
+    /// last one): nothing can be in doubt under it.
+    AttemptNotIssued,
+    /// Operator resolve: the attempt id is not one of this coordinator's.
+    ForeignAttempt,
     /// Operator retry: nothing is pending for that transaction or participant.
     NotPending,
     /// An operator action without an operator name or reason, or with one too long.
@@ -124,6 +132,9 @@ impl ErrorCode {
             ErrorCode::NotInDoubt => 409,
             ErrorCode::ContradictsEvidence => 409,
             ErrorCode::InsufficientEvidence => 409,
+            ErrorCode::AttemptIdMismatch => 409,
+            ErrorCode::AttemptNotIssued => 409,
+            ErrorCode::ForeignAttempt => 409,
             ErrorCode::NotPending => 409,
             ErrorCode::InvalidOperator => 422,
             ErrorCode::LeaseHeld => 409,
@@ -168,6 +179,9 @@ impl ErrorCode {
             ErrorCode::NotInDoubt => "not_in_doubt",
             ErrorCode::ContradictsEvidence => "contradicts_evidence",
             ErrorCode::InsufficientEvidence => "insufficient_evidence",
+            ErrorCode::AttemptIdMismatch => "attempt_id_mismatch",
+            ErrorCode::AttemptNotIssued => "attempt_not_issued",
+            ErrorCode::ForeignAttempt => "foreign_attempt",
             ErrorCode::NotPending => "not_pending",
             ErrorCode::InvalidOperator => "invalid_operator",
             ErrorCode::LeaseHeld => "lease_held",
@@ -248,6 +262,14 @@ mod tests {
             ErrorCode::IncarnationConflict,
             ErrorCode::LogBehind,
             ErrorCode::Overloaded,
+            ErrorCode::NotInDoubt,
+            ErrorCode::ContradictsEvidence,
+            ErrorCode::InsufficientEvidence,
+            ErrorCode::AttemptIdMismatch,
+            ErrorCode::AttemptNotIssued,
+            ErrorCode::ForeignAttempt,
+            ErrorCode::NotPending,
+            ErrorCode::InvalidOperator,
             ErrorCode::LeaseHeld,
             ErrorCode::LeaseLost,
             ErrorCode::InvalidTtl,

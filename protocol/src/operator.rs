@@ -150,6 +150,27 @@ pub enum AuditAction {
     ResolveSagaByHand {
         id: TxId,
     },
+    /// The coordinator's "log behind" mark cleared: it takes new transactions again.
+    /// `cleared`: the evidence the mark rested on.
+    ClearBehind {
+        cleared: String,
+    },
+}
+
+/// `POST /v1/log-behind/clear`: an operator clears a mistaken (or accepted) "log behind"
+/// mark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearBehindRequest {
+    pub operator: String,
+    pub reason: String,
+}
+
+/// The answer of a clear: the evidence the mark rested on and the audit entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearBehindResponse {
+    pub cleared: String,
+    pub audit_seq: u64,
 }
 
 /// `POST /v1/sagas/{id}/resolve`: a `needs_attention` saga settled by hand.

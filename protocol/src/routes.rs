@@ -23,6 +23,8 @@ pub const SAGA: &str = "/v1/sagas/{id}";
 pub const SAGA_RETRY: &str = "/v1/sagas/{id}/retry";
 pub const SAGA_RESOLVE: &str = "/v1/sagas/{id}/resolve";
 pub const SAGA_EVIDENCE: &str = "/v1/sagas/{id}/evidence";
+/// Coordinator, operators: clear a mistaken "log behind" mark (audited).
+pub const LOG_BEHIND_CLEAR: &str = "/v1/log-behind/clear";
 
 /// Participant saga routes, relative to the participant's base URL.
 pub const SAGA_ACTION: &str = "/saga/action";

@@ -5,10 +5,15 @@
 //! delivery that gets no answer within its timeout counts as `Timeout` / a failed delivery.
 //! Restart rebuilds the engine through `Engine::replay` from what the disk kept, logs the next
 //! epoch (forced) with a fresh incarnation and steps `RecoveryDone`, as `runtime::recover_on`
-//! does. Decision queries are answered from `Engine::decision_for`; a query or a participant's
-//! `stale_epoch` / `incarnation_conflict` that proves the log is behind stops new work, as
-//! `Core::note_behind` does. An operator may stop it, copy its disk, and later put the copy
-//! back (`backup`, `restore`).
+//! does, then sends every participant the epoch probe (`Core::probe_epochs`). Decision queries
+//! are answered from `Engine::decision_for`, with the outcome index outranking any answer not
+//! from the engine's own record, as `Core::decision_query` does; every answer is checked
+//! against the log and the index (`answer_violation`). A query is a claim: one naming an
+//! unknown run is counted, nothing more. A participant's `stale_epoch` /
+//! `incarnation_conflict` refusal of a message this run sent is stepped as `Event::Fenced`:
+//! the behind mark (forced, not awaited) and a raise of this run's epoch (forced; messages
+//! carry it once durable, `Event::EpochDurable`), as `Core::fenced` does. An operator may stop
+//! it, copy its disk, and later put the copy back (`backup`, `restore`).
 //!
 //! The outcome index is modelled too: `Command::Archive` outcomes wait in an unsynced batch
 //! that the next disk sync commits to a durable map (a crash loses the batch, never the map),
@@ -20,11 +25,13 @@
 use std::collections::BTreeMap;
 
 use coordinator::digest::Digest;
-use coordinator::engine::{Command, Engine, EngineConfig, Event, WaitFor, WaiterId};
+use coordinator::engine::{
+    AnswerSource, Command, DecisionAnswer, Engine, EngineConfig, Event, Fenced, WaitFor, WaiterId,
+};
 use coordinator::records::{EpochRecord, LogRecord, Retained, Snapshot};
 use protocol::{
-    CoordinatorId, Decision, DecisionQueryResponse, DecisionRequest, DecisionStatus, Epoch,
-    ErrorCode, GlobalTxId, ParticipantName, PrepareRequest, TxId, Vote, VoteKind,
+    CoordinatorId, Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, DecisionStatus,
+    Epoch, ErrorBody, ErrorCode, GlobalTxId, ParticipantName, PrepareRequest, TxId, Vote, VoteKind,
 };
 
 use protocol::operator::{AuditAction, AuditEntry};
@@ -37,11 +44,18 @@ use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
 /// The simulated coordinator's id (what its first start writes).
 pub const COORDINATOR_ID: &str = "c-sim";
 
-/// An HTTP call the coordinator is waiting on.
+/// The client id the epoch probe is sent under (`runtime::PROBE_TXID`).
+const PROBE_TXID: &str = "twopc-epoch-probe";
+
+/// How long the probe waits before asking an unanswering participant again.
+const PROBE_RETRY_MS: u64 = 500;
+
+/// An HTTP call the coordinator is waiting on, with the epoch it carried.
 #[derive(Debug, Clone)]
 enum Call {
-    Prepare(TxId, ParticipantName),
-    Deliver(TxId, ParticipantName),
+    Prepare(TxId, ParticipantName, Epoch),
+    Deliver(TxId, ParticipantName, Epoch),
+    Probe(usize, Epoch),
 }
 
 #[derive(Debug)]
@@ -61,6 +75,8 @@ pub struct CoordinatorNode {
     decision_waits: Vec<(u64, TxId)>,
     /// A forced audit append (an operator's resolution) waiting for a sync.
     audit_waits: Vec<(u64, AuditEntry)>,
+    /// A forced raise of this run's epoch waiting for a sync.
+    epoch_waits: Vec<(u64, EpochRecord)>,
     sync_scheduled: bool,
     /// The operator's copy of the disk, taken while stopped.
     backup: Option<Disk<LogRecord, Snapshot>>,
@@ -88,6 +104,14 @@ pub struct CoordinatorNode {
     must_hold: BTreeMap<TxId, GlobalTxId>,
     /// The first broken promise about ended outcomes (staging or idempotency), if any.
     pub outcome_violation: Option<String>,
+    /// The first decision answer that contradicted the log or the index, if any.
+    pub answer_violation: Option<String>,
+    /// Decision queries that named a run this log does not hold (counted, never believed).
+    pub unknown_run_queries: u64,
+    /// Raises of the epoch that became durable, over all runs.
+    pub raises: u64,
+    /// `Mutation::BehindFromQuery`: new work stopped on a query's say-so.
+    stopped_by_query: bool,
 }
 
 impl CoordinatorNode {
@@ -105,6 +129,7 @@ impl CoordinatorNode {
             next_waiter: 1,
             decision_waits: Vec::new(),
             audit_waits: Vec::new(),
+            epoch_waits: Vec::new(),
             sync_scheduled: false,
             backup: None,
             durable_decisions: BTreeMap::new(),
@@ -119,6 +144,10 @@ impl CoordinatorNode {
             backup_index: None,
             must_hold: BTreeMap::new(),
             outcome_violation: None,
+            answer_violation: None,
+            unknown_run_queries: 0,
+            raises: 0,
+            stopped_by_query: false,
         }
     }
 
@@ -254,6 +283,37 @@ impl CoordinatorNode {
         decision: Decision,
         evidence: protocol::operator::Evidence,
     ) -> bool {
+        self.operator_act(
+            io,
+            "in doubt after a restore",
+            AuditAction::Resolve {
+                id: txid,
+                gtid,
+                decision,
+                evidence,
+            },
+        )
+    }
+
+    /// An operator clears the behind mark, as `Core::clear_behind` does; `false` when it
+    /// cannot act now or there is no mark.
+    pub fn operator_clear_behind(&mut self, io: &mut Io) -> bool {
+        let Some(cleared) = self
+            .engine
+            .as_ref()
+            .and_then(|e| e.behind())
+            .map(|b| b.evidence.clone())
+        else {
+            return false;
+        };
+        self.operator_act(
+            io,
+            "the restore's loss is accepted",
+            AuditAction::ClearBehind { cleared },
+        )
+    }
+
+    fn operator_act(&mut self, io: &mut Io, reason: &str, action: AuditAction) -> bool {
         let Some(engine) = &self.engine else {
             return false;
         };
@@ -264,36 +324,149 @@ impl CoordinatorNode {
             seq: engine.next_audit_seq(),
             at_ms: io.now_ms,
             operator: "sim-operator".into(),
-            reason: "in doubt after a restore".into(),
-            action: AuditAction::Resolve {
-                id: txid,
-                gtid,
-                decision,
-                evidence,
-            },
+            reason: reason.into(),
+            action,
         };
-        io.note(|| format!("operator resolves: {:?}", entry.action));
+        io.note(|| format!("operator acts: {:?}", entry.action));
         let seq = self.disk.append(LogRecord::Audit(entry.clone()));
         self.audit_waits.push((seq, entry));
         self.schedule_sync(io);
         true
     }
 
-    /// Proof that the log is behind what participants saw: logged (forced, not awaited), and
-    /// from then on new work is refused, across restarts, as `Core::note_behind` does.
-    fn note_behind(&mut self, io: &mut Io, evidence: String) {
-        let Some(engine) = &mut self.engine else {
+    /// A participant refused a message this run sent at `sent_epoch`: stepped as evidence,
+    /// as `Core::fenced` does (the engine decides what to log).
+    fn fenced(
+        &mut self,
+        io: &mut Io,
+        participant: ParticipantName,
+        what: &str,
+        sent_epoch: Epoch,
+        refusal: &ErrorBody,
+    ) {
+        io.note(|| {
+            format!(
+                "{participant} fences this run out ({what}): {}",
+                refusal.message
+            )
+        });
+        self.step(
+            io,
+            Event::Fenced(Fenced {
+                participant,
+                evidence: format!(
+                    "refused {what} sent at epoch {sent_epoch}: {}: {}",
+                    refusal.error, refusal.message
+                ),
+                sent_epoch,
+                highest: refusal.highest_epoch,
+                now_ms: io.now_ms,
+            }),
+        );
+    }
+
+    /// Asks participant `index` whether another run passed this one, as `Core::probe` does.
+    fn probe(&mut self, io: &mut Io, index: usize) {
+        let (Some(engine), Some(identity)) = (&self.engine, &self.identity) else {
             return;
         };
-        if let Some(record) = engine.note_behind(evidence.clone(), io.now_ms) {
-            io.note(|| format!("coordinator learns its log is behind: {evidence}"));
-            self.disk.append(record);
-            self.schedule_sync(io);
+        let Some(attempt) = engine.probe_attempt() else {
+            return;
+        };
+        let rid = io.rid();
+        self.calls.insert(rid, Call::Probe(index, identity.epoch));
+        io.send(Msg {
+            to: Some(Node::Participant(index)),
+            body: Body::Decide {
+                rid,
+                from: self.incarnation,
+                decision: Decision::Abort,
+                request: DecisionRequest {
+                    txid: TxId::new(PROBE_TXID).expect("a constant, valid id"),
+                    gtid: attempt.gtid,
+                    coordinator_id: identity.coordinator_id.clone(),
+                    epoch: identity.epoch,
+                    incarnation: identity.incarnation,
+                },
+            },
+        });
+        self.timer_after(io, self.delivery_timeout_ms, Timer::RequestTimeout(rid));
+    }
+
+    /// The answer `Core::decision_query` gives: the engine's, unless the outcome index holds
+    /// the attempt and the engine did not answer from its own record.
+    fn answer_query(&self, engine: &Engine, txid: &TxId, query: &DecisionQuery) -> DecisionAnswer {
+        let answer = engine.decision_for(txid, Some(query));
+        if answer.source == AnswerSource::Record {
+            return answer;
+        }
+        match self.indexed(&query.gtid) {
+            Some(retained) => DecisionAnswer::from_index(
+                txid,
+                &retained.decision.txid,
+                &query.gtid,
+                retained.decision.decision.into(),
+            ),
+            None => answer,
+        }
+    }
+
+    /// The index's entry for attempt `gtid`, under whatever id.
+    pub fn indexed(&self, gtid: &GlobalTxId) -> Option<&Retained> {
+        self.index
+            .values()
+            .find(|r| r.decision.attempt.gtid == *gtid)
+    }
+
+    /// The invariant on every answer: a decision given for an attempt is the one its log
+    /// record or index entry holds, and only under the id it was begun with (the broken
+    /// promise, if any).
+    fn check_answer(
+        &self,
+        engine: &Engine,
+        txid: &TxId,
+        query: &DecisionQuery,
+        answer: DecisionStatus,
+    ) -> Option<String> {
+        let given = match answer {
+            DecisionStatus::Commit => Decision::Commit,
+            DecisionStatus::Abort => Decision::Abort,
+            DecisionStatus::Pending | DecisionStatus::Unknown => return None,
+        };
+        let held = engine
+            .owner_of(&query.gtid)
+            .and_then(|owner| {
+                let decided = match owner.answer {
+                    DecisionStatus::Commit => Some(Decision::Commit),
+                    DecisionStatus::Abort => Some(Decision::Abort),
+                    DecisionStatus::Pending | DecisionStatus::Unknown => None,
+                };
+                decided.map(|d| (owner.txid, d))
+            })
+            .or_else(|| {
+                self.indexed(&query.gtid)
+                    .map(|r| (r.decision.txid.clone(), r.decision.decision))
+            });
+        match held {
+            Some((owner, _)) if owner != *txid => Some(format!(
+                "answered {given:?} for {} asked as {txid}, but it is an attempt of {owner}",
+                query.gtid
+            )),
+            Some((_, decided)) if decided != given => Some(format!(
+                "answered {given:?} for {} ({txid}), but its log or index holds {decided:?}",
+                query.gtid
+            )),
+            _ => None,
         }
     }
 
     /// Whether this run refuses new work because its log is behind.
     pub fn is_behind(&self) -> bool {
+        self.stopped_by_query || self.engine.as_ref().is_some_and(|e| e.behind().is_some())
+    }
+
+    /// The behind mark (not the mutation's stop), for the operator.
+    pub fn is_marked_behind(&self) -> bool {
         self.engine.as_ref().is_some_and(|e| e.behind().is_some())
     }
 
@@ -346,7 +519,9 @@ impl CoordinatorNode {
                 identity,
             },
         );
-        // Ticks are the participants' business; the coordinator needs no timer to start.
+        for index in 0..self.participants.len() {
+            self.probe(io, index);
+        }
     }
 
     /// Crashes, keeping the durable records and `extra` of the unsynced ones.
@@ -362,6 +537,7 @@ impl CoordinatorNode {
         self.waiters.clear();
         self.decision_waits.clear();
         self.audit_waits.clear();
+        self.epoch_waits.clear();
         self.sync_scheduled = false;
         // An uncommitted archive batch dies with the process.
         self.archive_batch.clear();
@@ -440,6 +616,17 @@ impl CoordinatorNode {
             for (_, entry) in ready {
                 engine.apply_audit(entry);
             }
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = self
+            .epoch_waits
+            .drain(..)
+            .partition(|(seq, _)| *seq <= durable);
+        self.epoch_waits = waiting;
+        for (_, raised) in ready {
+            io.note(|| format!("coordinator's raised epoch {} is durable", raised.epoch));
+            self.raises += 1;
+            self.identity = Some(raised.clone());
+            self.step(io, Event::EpochDurable { identity: raised });
         }
     }
 
@@ -525,41 +712,56 @@ impl CoordinatorNode {
         }
         match body {
             Body::PrepareAnswer { rid, to, answer } if to == self.incarnation => {
-                if let Some(Call::Prepare(txid, participant)) = self.calls.remove(&rid) {
+                if let Some(Call::Prepare(txid, participant, sent)) = self.calls.remove(&rid) {
                     let (vote, reason) = match answer {
                         Ok(Vote::Yes) => (VoteKind::Yes, None),
                         Ok(Vote::No { reason }) => (VoteKind::No, Some(reason)),
-                        Err((code, e)) => {
-                            if fences_out(code) {
-                                self.note_behind(io, format!("{participant}: {e}"));
+                        Err(refusal) => {
+                            if fences_out(refusal.error) {
+                                self.fenced(io, participant.clone(), "a prepare", sent, &refusal);
                             }
-                            (VoteKind::Error, Some(e))
+                            (VoteKind::Error, Some(refusal.message))
                         }
                     };
                     self.vote(io, txid, participant, vote, reason);
                 }
             }
             Body::DecideAnswer { rid, to, answer } if to == self.incarnation => {
-                if let Some(Call::Deliver(txid, participant)) = self.calls.remove(&rid) {
-                    let event = match answer {
-                        Ok(()) => Event::Acked {
-                            txid,
-                            participant,
-                            now_ms: io.now_ms,
-                        },
-                        Err((code, error)) => {
-                            if fences_out(code) {
-                                self.note_behind(io, format!("{participant}: {error}"));
-                            }
-                            Event::DeliveryFailed {
+                match self.calls.remove(&rid) {
+                    Some(Call::Deliver(txid, participant, sent)) => {
+                        let event = match answer {
+                            Ok(()) => Event::Acked {
                                 txid,
                                 participant,
-                                error,
-                                jitter: io.rng.u64(..),
+                                now_ms: io.now_ms,
+                            },
+                            Err(refusal) => {
+                                // As the runtime: the failure first, then the evidence (a raise
+                                // restarts the delivery waiting for its timer).
+                                let failed = Event::DeliveryFailed {
+                                    txid,
+                                    participant: participant.clone(),
+                                    error: refusal.message.clone(),
+                                    jitter: io.rng.u64(..),
+                                };
+                                self.step(io, failed);
+                                if fences_out(refusal.error) {
+                                    self.fenced(io, participant, "a decision", sent, &refusal);
+                                }
+                                return;
                             }
+                        };
+                        self.step(io, event);
+                    }
+                    Some(Call::Probe(index, sent)) => match answer {
+                        Ok(()) => io.note(|| format!("participant {index} acknowledges the probe")),
+                        Err(refusal) if fences_out(refusal.error) => {
+                            let participant = self.participants[index].clone();
+                            self.fenced(io, participant, "the epoch probe", sent, &refusal);
                         }
-                    };
-                    self.step(io, event);
+                        Err(_) => self.timer_after(io, PROBE_RETRY_MS, Timer::ProbeDue(index)),
+                    },
+                    Some(Call::Prepare(..)) | None => {}
                 }
             }
             Body::Query {
@@ -571,16 +773,25 @@ impl CoordinatorNode {
                 let (Some(engine), Some(identity)) = (&self.engine, &self.identity) else {
                     return;
                 };
-                let mut answer = engine.decision_for(&txid, Some(&query));
+                let mut answer = self.answer_query(engine, &txid, &query);
                 let response_identity = identity.clone();
-                if let Some(evidence) = answer.behind.take() {
-                    self.note_behind(io, evidence);
-                }
                 // The mutation: presume abort where the log cannot prove it.
                 if io.mutation == Mutation::AbortWhenUnknown
                     && answer.decision == DecisionStatus::Unknown
                 {
                     answer.decision = DecisionStatus::Abort;
+                }
+                let broken = self.check_answer(engine, &txid, &query, answer.decision);
+                if self.answer_violation.is_none() {
+                    self.answer_violation = broken;
+                }
+                if answer.unknown_run {
+                    // A claim, not evidence: counted.
+                    self.unknown_run_queries += 1;
+                    if io.mutation == Mutation::BehindFromQuery {
+                        // The mutation: the old rule, a query's say-so stops new work.
+                        self.stopped_by_query = true;
+                    }
                 }
                 io.send(Msg {
                     to: Some(Node::Participant(from.0)),
@@ -643,8 +854,10 @@ impl CoordinatorNode {
             Timer::RetryDue(txid, participant) => {
                 self.step(io, Event::RetryDue { txid, participant })
             }
+            Timer::ProbeDue(index) => self.probe(io, index),
             Timer::RequestTimeout(rid) => match self.calls.remove(&rid) {
-                Some(Call::Prepare(txid, participant)) => {
+                Some(Call::Probe(index, _)) => self.probe(io, index),
+                Some(Call::Prepare(txid, participant, _)) => {
                     // The mutation: a prepare that got no answer counts as a yes.
                     let vote = match io.mutation {
                         Mutation::TimeoutCountsAsYes => VoteKind::Yes,
@@ -653,11 +866,13 @@ impl CoordinatorNode {
                         | Mutation::VoteBeforePreparedDurable
                         | Mutation::AbortWhenUnknown
                         | Mutation::ResolveWithoutEvidence
-                        | Mutation::NoEpochBound => VoteKind::Timeout,
+                        | Mutation::NoEpochBound
+                        | Mutation::BehindFromQuery
+                        | Mutation::UncheckedClaim => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }
-                Some(Call::Deliver(txid, participant)) => {
+                Some(Call::Deliver(txid, participant, _)) => {
                     let jitter = io.rng.u64(..);
                     self.step(
                         io,
@@ -703,6 +918,17 @@ impl CoordinatorNode {
             return;
         };
         match command {
+            Command::AppendForced(record) => {
+                io.note(|| format!("coordinator logs (forced) {record:?}"));
+                self.disk.append(record);
+                self.schedule_sync(io);
+            }
+            Command::AppendEpoch(raised) => {
+                io.note(|| format!("coordinator raises its epoch to {}", raised.epoch));
+                let seq = self.disk.append(LogRecord::Epoch(raised.clone()));
+                self.epoch_waits.push((seq, raised));
+                self.schedule_sync(io);
+            }
             Command::AppendLazy(record) => {
                 if let LogRecord::Begin(begin) = &record {
                     self.attempts.insert(
@@ -724,7 +950,9 @@ impl CoordinatorNode {
                     | Mutation::VoteBeforePreparedDurable
                     | Mutation::AbortWhenUnknown
                     | Mutation::ResolveWithoutEvidence
-                    | Mutation::NoEpochBound => {
+                    | Mutation::NoEpochBound
+                    | Mutation::BehindFromQuery
+                    | Mutation::UncheckedClaim => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }
@@ -741,8 +969,10 @@ impl CoordinatorNode {
             } => {
                 let rid = io.rid();
                 let index = self.part_index(&participant);
-                self.calls
-                    .insert(rid, Call::Prepare(txid.clone(), participant));
+                self.calls.insert(
+                    rid,
+                    Call::Prepare(txid.clone(), participant, identity.epoch),
+                );
                 io.send(Msg {
                     to: Some(Node::Participant(index)),
                     body: Body::Prepare {
@@ -779,8 +1009,10 @@ impl CoordinatorNode {
             } => {
                 let rid = io.rid();
                 let index = self.part_index(&participant);
-                self.calls
-                    .insert(rid, Call::Deliver(txid.clone(), participant));
+                self.calls.insert(
+                    rid,
+                    Call::Deliver(txid.clone(), participant, identity.epoch),
+                );
                 io.send(Msg {
                     to: Some(Node::Participant(index)),
                     body: Body::Decide {

@@ -8,12 +8,17 @@
 //! coordinator, liveness once faults heal) must hold whatever it sends;
 //! `Mutation::NoEpochBound` takes the bound away to show they do not without it.
 //!
+//! It also asks the coordinator for decisions about made-up runs and epochs (`hostile_query`),
+//! which any peer may do: a query is a claim, so it must be answered `unknown` and change
+//! nothing (`Mutation::BehindFromQuery` is the old rule that stopped new work on it).
+//!
 //! Forging a message at the current epoch is not modelled: without authentication nothing
 //! can tell it from the coordinator's (docs/security.md says so), which is why a server that
 //! listens beyond loopback refuses to start without tokens.
 
 use protocol::{
-    CoordinatorId, Decision, DecisionRequest, Epoch, GlobalTxId, Incarnation, PrepareRequest, TxId,
+    CoordinatorId, Decision, DecisionQuery, DecisionRequest, Epoch, GlobalTxId, Incarnation,
+    PrepareRequest, TxId,
 };
 
 use super::net::{Body, Msg, Node};
@@ -86,5 +91,34 @@ pub fn forge(
     Msg {
         to: Some(Node::Participant(target.index)),
         body,
+    }
+}
+
+/// A decision query for an attempt of a run the coordinator never had, at a made-up epoch and
+/// position, under a made-up id; its answer goes to a participant run that does not exist.
+pub fn hostile_query(rng: &mut fastrand::Rng, coordinator_id: &CoordinatorId) -> Msg {
+    let incarnation = Incarnation(match rng.u32(0..3) {
+        0 => u64::MAX,
+        _ => rng.u64(..),
+    });
+    let epoch = Epoch(match rng.u32(0..3) {
+        0 => 1,
+        1 => u64::MAX,
+        _ => rng.u64(..),
+    });
+    let position = rng.u64(1..1_000);
+    Msg {
+        to: Some(Node::Coordinator),
+        body: Body::Query {
+            rid: rng.u64(..),
+            from: (0, NOBODY),
+            txid: TxId::new(format!("x-{position}")).expect("a valid id shape"),
+            query: DecisionQuery {
+                gtid: GlobalTxId::compose(coordinator_id, incarnation, position),
+                incarnation,
+                epoch,
+                position,
+            },
+        },
     }
 }

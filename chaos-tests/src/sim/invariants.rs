@@ -25,6 +25,12 @@ impl World {
         if let Some(broken) = &self.coordinator.outcome_violation {
             return Err(("outcomes", broken.clone()));
         }
+        if let Some(broken) = &self.coordinator.answer_violation {
+            return Err(("answers", broken.clone()));
+        }
+        if let Some(accepted) = &self.hostile_accepted {
+            return Err(("resolution", accepted.clone()));
+        }
         for p in &self.participants {
             if let Some(conflict) = &p.conflict {
                 return Err(("atomicity", conflict.clone()));
@@ -279,6 +285,14 @@ impl World {
                 }
                 undecidable.push((index, query.gtid));
             }
+        }
+        if self.coordinator.is_behind() && self.coordinator.restores == 0 {
+            return Err((
+                "liveness",
+                "the coordinator refuses new work as behind, but its disk was never put back \
+                 from a copy: no participant can hold a run this log does not"
+                    .to_string(),
+            ));
         }
         if !undecidable.is_empty() && self.coordinator.restores == 0 {
             return Err((

@@ -58,6 +58,13 @@ pub enum Mutation {
     /// Participants take any epoch, however far above the highest they hold: a forged
     /// message (`forger`) fences the coordinator out or commits what it aborted.
     NoEpochBound,
+    /// The old rule of issue 24: a decision query naming a run this log does not hold stops
+    /// new work (for good), on a hostile peer's say-so.
+    BehindFromQuery,
+    /// The old resolve of issue 24: an operator's claim is not checked against the attempt's
+    /// own identity (a gtid of another id, one not given out yet), and the answer a
+    /// resolution gives outranks the outcome index.
+    UncheckedClaim,
 }
 
 /// The shape of one run.

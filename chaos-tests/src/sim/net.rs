@@ -10,7 +10,7 @@ use std::collections::BinaryHeap;
 
 use coordinator::engine::Reply as ClientReply;
 use protocol::{
-    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, ErrorCode, PrepareRequest,
+    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, ErrorBody, PrepareRequest,
     TxId, Vote,
 };
 
@@ -48,7 +48,7 @@ pub enum Body {
     PrepareAnswer {
         rid: RequestId,
         to: Incarnation,
-        answer: Result<Vote, (ErrorCode, String)>,
+        answer: Result<Vote, ErrorBody>,
     },
     Decide {
         rid: RequestId,
@@ -59,7 +59,7 @@ pub enum Body {
     DecideAnswer {
         rid: RequestId,
         to: Incarnation,
-        answer: Result<(), (ErrorCode, String)>,
+        answer: Result<(), ErrorBody>,
     },
     /// Participant in doubt -> coordinator: `GET /v1/transactions/{txid}/decision?{query}`.
     Query {
@@ -121,6 +121,11 @@ pub enum Ev {
     Heal,
     /// An adversary without the peer token sends this participant a forged message.
     Forge(usize),
+    /// A hostile peer asks the coordinator for a decision naming a made-up run and epoch.
+    HostileQuery,
+    /// An operator who errs resolves with the wrong id, a gtid not yet given out, or one whose
+    /// outcome the log already holds.
+    HostileOperator,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +136,8 @@ pub enum Timer {
     RequestTimeout(RequestId),
     /// A participant's periodic scan for transactions in doubt.
     Tick,
+    /// The coordinator asks this participant (index) its epoch probe again.
+    ProbeDue(usize),
 }
 
 /// The event queue: earliest first, ties in scheduling order.

@@ -1,28 +1,30 @@
-//! The operator of the simulated cluster, after the faults heal: for every attempt a
+//! The operator of the simulated cluster. After the faults heal: for every attempt a
 //! participant holds in doubt because the coordinator cannot decide it (a restore lost its
 //! run), gather the evidence as `GET /v1/transactions/{id}/evidence` does, let the
-//! coordinator's own judge rule, and resolve as `POST .../resolve` does. Like the documented
-//! procedure, a coordinator whose log is behind is restarted first, so participants take its
-//! answers (they ignore another run at the epoch they hold).
+//! coordinator's own checks rule (the claim bound to the attempt's identity, the attempt's own
+//! participants, the judge), and resolve as `POST .../resolve` does. No restart is needed for
+//! participants to take the resolution: the coordinator raised its epoch past the lost run's
+//! by itself. Once nothing is in doubt, a log marked behind is cleared (audited), as the
+//! restore runbook says.
+//!
+//! During the faults, an operator who errs (`Ev::HostileOperator`) resolves with the wrong id,
+//! a gtid not yet given out, or one whose outcome the log already holds: every such claim must
+//! be refused; one accepted is a violation.
 //!
 //! Which decision the operator asks for, when the judge would allow both, is drawn from the
 //! run's seed: both must be safe.
 
 use std::collections::BTreeSet;
 
-use coordinator::engine::judge::{OwnAnswer, judge};
+use coordinator::engine::judge::{OwnAnswer, Refusal, attempt_participants, judge};
 use protocol::operator::{Evidence, ParticipantEvidence};
 use protocol::{Decision, GlobalTxId, TxId};
 
 use super::Mutation;
-use super::net::Node;
 use super::world::World;
 
 /// Simulated time between two operator rounds.
 pub const ROUND_MS: u64 = 3_000;
-/// Restarts the operator tries to pass the lost run's epoch (restores and crashes before it
-/// are bounded, so a few suffice).
-const RESTARTS_MAX: u32 = 8;
 
 /// What a round found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,73 +35,41 @@ pub enum Round {
     Busy,
 }
 
+/// What the coordinator would answer a resolve with.
+enum Ruling {
+    Allowed(Evidence),
+    Refused(Refusal),
+}
+
 impl World {
     pub(super) fn operator_round(&mut self) -> Round {
         if !self.coordinator.is_up() {
             return Round::Busy;
         }
         let mut in_doubt: BTreeSet<(TxId, GlobalTxId)> = BTreeSet::new();
-        let mut ignored = false;
         for p in &self.participants {
             for (txid, _, query) in p.undecidable() {
                 in_doubt.insert((txid, query.gtid));
             }
-            ignored |= p.engine.as_ref().is_some_and(|e| {
-                e.prepared_list().iter().any(|entry| {
-                    entry
-                        .last_answer
-                        .as_deref()
-                        .is_some_and(|a| a.starts_with("ignored"))
-                })
-            });
         }
         if in_doubt.is_empty() {
-            return Round::Idle;
-        }
-        // Participants ignore a run at or below the epoch the lost run reached: each start
-        // takes the next epoch, so the operator restarts until theirs is passed
-        // (docs/operations.md).
-        if (self.coordinator.is_behind() && self.operator_restarts == 0 || ignored)
-            && self.operator_restarts < RESTARTS_MAX
-        {
-            self.operator_restarts += 1;
-            self.io
-                .note(|| "operator restarts the coordinator whose log is behind".into());
-            self.coordinator.shutdown();
-            if let Err(e) = self.restart(Node::Coordinator) {
-                self.problem = Some(("startup", e));
+            if self.coordinator.is_marked_behind() {
+                // The restore's loss is accepted once nothing is left in doubt.
+                self.coordinator.operator_clear_behind(&mut self.io);
+                return Round::Busy;
             }
-            return Round::Busy;
+            return Round::Idle;
         }
         let mut round = Round::Idle;
         for (txid, gtid) in in_doubt {
             let Some(engine) = &self.coordinator.engine else {
                 return Round::Busy;
             };
-            let own = match self.coordinator.index.get(&txid) {
-                Some(r) if r.decision.attempt.gtid == gtid => {
-                    OwnAnswer::Decided(r.decision.decision)
-                }
-                _ => engine.own_answer(&txid, &gtid),
-            };
-            if matches!(own, OwnAnswer::Resolved(_)) {
+            if matches!(engine.own_answer(&txid, &gtid), OwnAnswer::Resolved(_)) {
                 // Resolved; its participants have not asked since.
                 round = Round::Busy;
                 continue;
             }
-            let evidence: Vec<ParticipantEvidence> = self
-                .participants
-                .iter()
-                .zip(&self.coordinator.participants)
-                .map(|(p, name)| ParticipantEvidence {
-                    participant: name.clone(),
-                    prepared_at_ms: None,
-                    state: p.engine.as_ref().map(|e| e.attempt_status(&gtid).state),
-                    error: p.engine.is_none().then(|| "down".to_string()),
-                    txid: None,
-                    participants: None,
-                })
-                .collect();
             // The operator knows the order's participants from the client's request.
             let named = self.clients.iter().find(|c| c.tx.txid == txid).map(|c| {
                 c.tx.participants
@@ -132,19 +102,14 @@ impl World {
                 }
                 _ => (first, other),
             };
-            let allowed = [first, other].into_iter().find(|d| {
-                self.config.mutation == Mutation::ResolveWithoutEvidence
-                    || judge(*d, &own, named.as_deref(), &evidence).is_ok()
+            let allowed = [first, other].into_iter().find_map(|d| {
+                match self.rule(&txid, &gtid, d, named.clone()) {
+                    Ruling::Allowed(evidence) => Some((d, evidence)),
+                    Ruling::Refused(_) => None,
+                }
             });
-            let Some(decision) = allowed else {
+            let Some((decision, evidence)) = allowed else {
                 continue;
-            };
-            let evidence = Evidence {
-                id: txid.clone(),
-                gtid: gtid.clone(),
-                coordinator: format!("{own:?}"),
-                named,
-                participants: evidence,
             };
             if self
                 .coordinator
@@ -155,6 +120,161 @@ impl World {
             round = Round::Busy;
         }
         round
+    }
+
+    /// What `Core::resolve` rules for `decision` of `gtid` claimed as `txid`: the claim, the
+    /// attempt's own participants, then the judge, on the evidence gathered as `gather` does.
+    fn rule(
+        &self,
+        txid: &TxId,
+        gtid: &GlobalTxId,
+        decision: Decision,
+        named_by_operator: Option<Vec<protocol::ParticipantName>>,
+    ) -> Ruling {
+        let Some(engine) = &self.coordinator.engine else {
+            return Ruling::Refused(Refusal {
+                code: protocol::ErrorCode::NotReady,
+                message: "down".into(),
+            });
+        };
+        let indexed = self.coordinator.indexed(gtid);
+        let mutation = self.config.mutation;
+        if mutation != Mutation::UncheckedClaim
+            && let Some(refusal) =
+                engine.claim_refusal(txid, gtid, indexed.map(|r| &r.decision.txid))
+        {
+            return Ruling::Refused(refusal);
+        }
+        let from_log = match (engine.attempt_of(txid), indexed) {
+            (Some((held, named)), _) if held == *gtid => Some(named),
+            (_, Some(r)) if r.decision.txid == *txid => {
+                Some(r.decision.votes.iter().map(|(p, _)| p.clone()).collect())
+            }
+            _ => None,
+        };
+        let evidence: Vec<ParticipantEvidence> = self
+            .participants
+            .iter()
+            .zip(&self.coordinator.participants)
+            .map(|(p, name)| {
+                let status = p.engine.as_ref().map(|e| e.attempt_status(gtid));
+                ParticipantEvidence {
+                    participant: name.clone(),
+                    prepared_at_ms: None,
+                    state: status.as_ref().map(|s| s.state),
+                    error: p.engine.is_none().then(|| "down".to_string()),
+                    txid: status.as_ref().and_then(|s| s.txid.clone()),
+                    participants: status.and_then(|s| s.participants),
+                }
+            })
+            .collect();
+        let own = match indexed {
+            Some(r) if r.decision.txid == *txid => OwnAnswer::Decided(r.decision.decision),
+            _ => engine.own_answer(txid, gtid),
+        };
+        let named = match attempt_participants(
+            from_log.as_deref(),
+            named_by_operator.as_deref(),
+            &evidence,
+        ) {
+            Ok(named) => named,
+            Err(refusal) if mutation != Mutation::ResolveWithoutEvidence => {
+                return Ruling::Refused(refusal);
+            }
+            Err(_) => named_by_operator.clone(),
+        };
+        if mutation != Mutation::ResolveWithoutEvidence
+            && let Err(refusal) = judge(decision, txid, &own, named.as_deref(), &evidence)
+        {
+            return Ruling::Refused(refusal);
+        }
+        Ruling::Allowed(Evidence {
+            id: txid.clone(),
+            gtid: gtid.clone(),
+            coordinator: format!("{own:?}"),
+            named,
+            participants: evidence,
+        })
+    }
+
+    /// An operator who errs: a resolve under the wrong id, of a gtid not yet given out, or of
+    /// an attempt whose outcome the log or index already holds. Each must be refused; one
+    /// that is accepted is acted on (as a real operator would) and reported as a violation.
+    pub(super) fn hostile_operator(&mut self) {
+        let Some(engine) = &self.coordinator.engine else {
+            return;
+        };
+        let Some(identity) = engine.identity().cloned() else {
+            return;
+        };
+        // Attempts the coordinator itself still holds decided (live, staged or indexed).
+        let held: Vec<(GlobalTxId, TxId, Decision)> = self
+            .coordinator
+            .attempts
+            .keys()
+            .filter_map(|gtid| {
+                let owner = engine.owner_of(gtid).and_then(|o| {
+                    let decision = match o.answer {
+                        protocol::DecisionStatus::Commit => Decision::Commit,
+                        protocol::DecisionStatus::Abort => Decision::Abort,
+                        _ => return None,
+                    };
+                    Some((o.txid, decision))
+                });
+                owner
+                    .or_else(|| {
+                        self.coordinator
+                            .indexed(gtid)
+                            .map(|r| (r.decision.txid.clone(), r.decision.decision))
+                    })
+                    .map(|(txid, d)| (gtid.clone(), txid, d))
+            })
+            .collect();
+        let flip = |d: Decision| match d {
+            Decision::Commit => Decision::Abort,
+            Decision::Abort => Decision::Commit,
+        };
+        let kind = self.io.rng.u32(0..3);
+        let (what, txid, gtid, decision) = match (kind, held.is_empty()) {
+            (0, false) => {
+                let (gtid, _, decided) = held[self.io.rng.usize(0..held.len())].clone();
+                let ghost =
+                    TxId::new(format!("ghost-{}", self.io.rng.u32(..))).expect("a valid id shape");
+                ("another id", ghost, gtid, flip(decided))
+            }
+            (1, false) => {
+                let (gtid, txid, decided) = held[self.io.rng.usize(0..held.len())].clone();
+                ("an outcome the log holds", txid, gtid, flip(decided))
+            }
+            _ => {
+                let reach = engine
+                    .runs()
+                    .find(|r| r.incarnation == identity.incarnation)
+                    .map_or(0, |r| r.reach);
+                let ahead = reach + 5 + self.io.rng.u64(0..10);
+                let gtid =
+                    GlobalTxId::compose(&identity.coordinator_id, identity.incarnation, ahead);
+                let txid = TxId::new(format!("future-{ahead}")).expect("a valid id shape");
+                ("a gtid not yet given out", txid, gtid, Decision::Abort)
+            }
+        };
+        match self.rule(&txid, &gtid, decision, None) {
+            Ruling::Refused(refusal) => self.io.note(|| {
+                format!(
+                    "a mistaken resolve ({what}) of {gtid} as {txid} is refused: {} {}",
+                    refusal.code, refusal.message
+                )
+            }),
+            Ruling::Allowed(evidence) => {
+                if self.hostile_accepted.is_none() {
+                    self.hostile_accepted = Some(format!(
+                        "a mistaken resolve ({what}): {decision:?} of {gtid} as {txid} was accepted"
+                    ));
+                }
+                self.coordinator
+                    .operator_resolve(&mut self.io, txid, gtid, decision, evidence);
+            }
+        }
     }
 }
 

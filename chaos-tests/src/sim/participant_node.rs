@@ -13,11 +13,12 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
+use participant::Rejection;
 use participant::kv::KvStore;
 use participant::record::Record;
 use participant::snapshot::Snapshot;
 use participant::{Command, Engine, EngineConfig, Event, Reply};
-use protocol::{Decision, GlobalTxId, Vote};
+use protocol::{Decision, ErrorBody, ErrorCode, GlobalTxId, Vote};
 
 use super::Mutation;
 use super::disk::Disk;
@@ -306,9 +307,9 @@ impl ParticipantNode {
                 };
                 let (answer, wait) = match self.step(io, event) {
                     Some((Reply::Ack, wait)) => (Ok(()), wait),
-                    Some((Reply::Reject(r), wait)) => (Err((r.code(), r.to_string())), wait),
+                    Some((Reply::Reject(r), wait)) => (Err(refusal(&r)), wait),
                     Some((Reply::Vote(_) | Reply::Fenced(_), wait)) => (
-                        Err((protocol::ErrorCode::Internal, "vote to a decision".into())),
+                        Err(ErrorBody::new(ErrorCode::Internal, "vote to a decision")),
                         wait,
                     ),
                     None => return,
@@ -357,9 +358,9 @@ impl ParticipantNode {
         let is_yes = matches!(reply, Reply::Vote(Vote::Yes));
         let answer = match reply {
             Reply::Vote(vote) => Ok(vote),
-            Reply::Reject(r) => Err((r.code(), r.to_string())),
+            Reply::Reject(r) => Err(refusal(&r)),
             Reply::Ack | Reply::Fenced(_) => {
-                Err((protocol::ErrorCode::Internal, "ack to a prepare".into()))
+                Err(ErrorBody::new(ErrorCode::Internal, "ack to a prepare"))
             }
         };
         let msg = Msg {
@@ -405,7 +406,7 @@ impl ParticipantNode {
                     );
                 }
             }
-            Timer::PrepareDeadline(_) | Timer::RetryDue(..) => {}
+            Timer::PrepareDeadline(_) | Timer::RetryDue(..) | Timer::ProbeDue(_) => {}
         }
     }
 
@@ -476,5 +477,18 @@ impl ParticipantNode {
                 },
             );
         }
+    }
+}
+
+/// The error body a participant's HTTP layer answers a rejection with: a fencing refusal names
+/// the highest epoch it holds for the sender's coordinator id, as the real one does.
+fn refusal(rejection: &Rejection) -> ErrorBody {
+    let body = ErrorBody::new(rejection.code(), rejection.to_string());
+    match rejection {
+        Rejection::StaleEpoch { highest, .. } | Rejection::EpochTooHigh { highest, .. } => {
+            body.with_highest_epoch(*highest)
+        }
+        Rejection::IncarnationConflict { epoch, .. } => body.with_highest_epoch(*epoch),
+        _ => body,
     }
 }

@@ -122,6 +122,8 @@ pub(super) fn describe(ev: &Ev) -> String {
         }
         Ev::Heal => "faults stop; every node restarts".into(),
         Ev::Forge(i) => format!("an adversary forges a message to participant {i}"),
+        Ev::HostileQuery => "a hostile peer asks about a made-up run".into(),
+        Ev::HostileOperator => "an operator who errs tries a resolve".into(),
         Ev::Operator => "operator looks for attempts in doubt the coordinator cannot decide".into(),
     }
 }

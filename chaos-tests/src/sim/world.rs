@@ -65,8 +65,8 @@ pub struct World {
     pub problem: Option<(&'static str, String)>,
     /// The operator's last round found nothing left to resolve (see `operator`).
     pub operator_idle: bool,
-    /// Restarts of a coordinator whose log is behind, by the operator.
-    pub operator_restarts: u32,
+    /// A mistaken resolve (`Ev::HostileOperator`) the coordinator accepted, if any.
+    pub hostile_accepted: Option<String>,
 }
 
 /// Steps kept in a failure's trace (`TWOPC_SIM_TRACE=N` for more).
@@ -249,7 +249,7 @@ impl World {
             problem: None,
             // Without faults nothing is ever in doubt for good: no operator rounds.
             operator_idle: !config.faults,
-            operator_restarts: 0,
+            hostile_accepted: None,
         };
         world.schedule_start();
         world
@@ -295,6 +295,20 @@ impl World {
                     let at = self.io.rng.u64(1..window);
                     let target = self.io.rng.usize(0..self.participants.len());
                     self.queue.push(at, Ev::Forge(target));
+                }
+            }
+            // Half the faulty runs: a hostile peer asks about made-up runs and epochs, and an
+            // operator who errs tries to resolve what is not theirs to.
+            if self.io.rng.bool() {
+                for _ in 0..self.io.rng.u32(1..=4) {
+                    let at = self.io.rng.u64(1..window);
+                    self.queue.push(at, Ev::HostileQuery);
+                }
+            }
+            if self.io.rng.bool() {
+                for _ in 0..self.io.rng.u32(1..=4) {
+                    let at = self.io.rng.u64(1..window);
+                    self.queue.push(at, Ev::HostileOperator);
                 }
             }
             self.queue.push(window, Ev::Heal);
@@ -490,6 +504,21 @@ impl World {
                     );
                     self.stats.forged += 1;
                     self.participants[target].deliver(&mut self.io, msg.body);
+                }
+            }
+            Ev::HostileQuery => {
+                if self.coordinator.is_up() {
+                    let coordinator_id =
+                        protocol::CoordinatorId::new(super::coordinator_node::COORDINATOR_ID)
+                            .map_err(|e| e.to_string())?;
+                    let msg = super::forger::hostile_query(&mut self.io.rng, &coordinator_id);
+                    self.stats.forged += 1;
+                    self.coordinator.deliver(&mut self.io, msg.body);
+                }
+            }
+            Ev::HostileOperator => {
+                if self.coordinator.is_up() {
+                    self.hostile_operator();
                 }
             }
             Ev::Heal => {

@@ -31,7 +31,8 @@ pub fn access(path: &str) -> Option<Access> {
         | routes::UI
         | routes::SAGA_RETRY
         | routes::SAGA_RESOLVE
-        | routes::SAGA_EVIDENCE => Access::Operator,
+        | routes::SAGA_EVIDENCE
+        | routes::LOG_BEHIND_CLEAR => Access::Operator,
         routes::HEALTHZ | routes::READYZ => Access::Open,
         routes::METRICS => Access::Metrics,
         _ => return None,

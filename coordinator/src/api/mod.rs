@@ -60,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::SAGA_RETRY),
     ("post", routes::SAGA_RESOLVE),
     ("get", routes::SAGA_EVIDENCE),
+    ("post", routes::LOG_BEHIND_CLEAR),
     ("get", routes::UI),
     ("get", routes::HEALTHZ),
     ("get", routes::READYZ),
@@ -141,6 +142,7 @@ pub fn router(state: AppState) -> Router {
         .route(routes::SAGA_RETRY, post(operator::retry_saga))
         .route(routes::SAGA_RESOLVE, post(operator::resolve_saga))
         .route(routes::SAGA_EVIDENCE, get(operator::saga_evidence))
+        .route(routes::LOG_BEHIND_CLEAR, post(operator::clear_behind))
         .route(routes::UI, get(operator::ui))
         .route(routes::SAGAS, get(sagas::list).post(sagas::create))
         .route(routes::SAGA, get(sagas::status))

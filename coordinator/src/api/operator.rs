@@ -11,7 +11,9 @@ use serde::de::DeserializeOwned;
 
 use protocol::auth::Caller;
 use protocol::limits::BODY_BYTES_MAX;
-use protocol::operator::{AuditList, ResolveRequest, RetryRequest, SagaResolveRequest};
+use protocol::operator::{
+    AuditList, ClearBehindRequest, ResolveRequest, RetryRequest, SagaResolveRequest,
+};
 use protocol::{ErrorCode, GlobalTxId, ParticipantName};
 
 use super::transactions::{QueryPairs, is_json, list_limit, query_pairs, txid, whole_number};
@@ -246,6 +248,39 @@ pub async fn resolve_saga(
     })();
     act(prepared, |(core, id, request)| async move {
         core.resolve_saga_by_hand(id, request).await
+    })
+    .await
+}
+
+/// The clear body has no sensible default; an empty body is an error.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(transparent)]
+struct ClearBehindBody(Option<ClearBehindRequest>);
+
+/// `POST /v1/log-behind/clear`: an operator clears the "log behind" mark (audited).
+pub async fn clear_behind(
+    State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prepared = (|| {
+        let core = state.core()?.clone();
+        let ClearBehindBody(request) = body_of(&headers, body, false)?;
+        let mut request = request.ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::MalformedJson,
+                "expected {\"operator\",\"reason\"}",
+            )
+        })?;
+        check_claim(Some(&request.operator), Some(&request.reason))?;
+        if let Some(name) = token_operator(&caller) {
+            request.operator = name;
+        }
+        Ok::<_, ApiError>((core, request))
+    })();
+    act(prepared, |(core, request)| async move {
+        core.clear_behind(request).await
     })
     .await
 }

@@ -90,6 +90,11 @@ pub enum Event {
     /// These outcomes (id and attempt) are durable in the outcome index: they leave staging,
     /// unless a newer outcome of the same id (another attempt) replaced them meanwhile.
     Archived { archived: Vec<(TxId, GlobalTxId)> },
+    /// A participant refused a message this run sent with `stale_epoch` or
+    /// `incarnation_conflict` (`engine::epoch`).
+    Fenced(crate::engine::Fenced),
+    /// A raised epoch of this run (`Command::AppendEpoch`) is durable.
+    EpochDurable { identity: EpochRecord },
 }
 
 /// What the engine asks the runtime to do, in this order.
@@ -99,6 +104,12 @@ pub enum Command {
     /// Begin leaves its attempt outside the log's span of its run, so participants that ask
     /// about it hear `unknown`, never a guess).
     AppendLazy(LogRecord),
+    /// Append and fsync; nobody waits for it (the behind mark: losing it in a crash only
+    /// means learning it again).
+    AppendForced(LogRecord),
+    /// Append and fsync a raised epoch of this run; answer with `EpochDurable`. No message
+    /// carries the epoch before that.
+    AppendEpoch(EpochRecord),
     /// Append and fsync the decision; answer with `DecisionDurable` or `DecisionFailed`.
     /// Nothing that depends on the decision happens before that answer.
     AppendDecision(DecisionRecord),
@@ -187,9 +198,11 @@ impl Event {
             | Event::DeliveryFailed { txid, .. }
             | Event::RetryDue { txid, .. } => Some(txid),
             Event::RetryNow { txid, .. } => txid.as_ref(),
-            Event::RecoveryDone { .. } | Event::ExpireRetained { .. } | Event::Archived { .. } => {
-                None
-            }
+            Event::RecoveryDone { .. }
+            | Event::ExpireRetained { .. }
+            | Event::Archived { .. }
+            | Event::Fenced(_)
+            | Event::EpochDurable { .. } => None,
         }
     }
 }

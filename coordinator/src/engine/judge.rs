@@ -12,9 +12,15 @@
 //! - A participant that could not be asked, or that forgot how the attempt ended, could hide
 //!   the contradiction: `insufficient_evidence`, except that one participant's commit already
 //!   proves commit.
+//! - The attempt is judged only under its own id: a participant that holds it under another
+//!   id refuses the claim (`attempt_id_mismatch`), as the engine's own records do before
+//!   (`Engine::claim_refusal`).
+//! - Which participants the attempt named comes from the attempt, never from the operator:
+//!   the log's Begin or Decision, or else the list each participant kept from its prepare
+//!   (they vouch for it, and must agree). An operator's list is only checked against it.
 
 use protocol::operator::{AttemptState, ParticipantEvidence};
-use protocol::{Decision, ErrorCode, ParticipantName};
+use protocol::{Decision, ErrorCode, ParticipantName, TxId};
 
 /// What the coordinator itself says about the attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,17 @@ fn refuse(code: ErrorCode, message: String) -> Result<(), Refusal> {
     Err(Refusal { code, message })
 }
 
+fn state_word(state: AttemptState) -> &'static str {
+    match state {
+        AttemptState::Prepared => "prepared",
+        AttemptState::Committed => "committed",
+        AttemptState::Aborted => "aborted",
+        AttemptState::Refused => "refused",
+        AttemptState::Forgotten => "forgotten",
+        AttemptState::Unknown => "never seen",
+    }
+}
+
 fn word(decision: Decision) -> &'static str {
     match decision {
         Decision::Commit => "commit",
@@ -49,10 +66,75 @@ fn word(decision: Decision) -> &'static str {
     }
 }
 
-/// Whether `requested` may be recorded for the attempt. `named`: the participants the attempt
-/// named, when known. `evidence`: every participant asked, with its answer.
+/// The participants the attempt named, from the attempt itself: the log's list when it holds
+/// one, else the list the participants kept from their prepares (all that say must agree).
+/// An operator's list that differs from it is refused; one that nothing can confirm is not
+/// taken as proof (`None`).
+pub fn attempt_participants(
+    from_log: Option<&[ParticipantName]>,
+    from_operator: Option<&[ParticipantName]>,
+    evidence: &[ParticipantEvidence],
+) -> Result<Option<Vec<ParticipantName>>, Refusal> {
+    let sorted = |list: &[ParticipantName]| {
+        let mut list = list.to_vec();
+        list.sort();
+        list
+    };
+    let attempt = match from_log {
+        Some(list) => Some(sorted(list)),
+        None => {
+            let mut vouched: Option<(&ParticipantName, Vec<ParticipantName>)> = None;
+            for e in evidence {
+                let Some(list) = &e.participants else {
+                    continue;
+                };
+                let list = sorted(list);
+                match &vouched {
+                    None => vouched = Some((&e.participant, list)),
+                    Some((first, held)) if *held != list => {
+                        return Err(Refusal {
+                            code: ErrorCode::ContradictsEvidence,
+                            message: format!(
+                                "participants disagree on the attempt's participants: {first} \
+                                 holds [{}], {} holds [{}]",
+                                names(held),
+                                e.participant,
+                                names(&list)
+                            ),
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
+            vouched.map(|(_, list)| list)
+        }
+    };
+    match (attempt, from_operator) {
+        (Some(attempt), Some(given)) if sorted(given) != attempt => Err(Refusal {
+            code: ErrorCode::ContradictsEvidence,
+            message: format!(
+                "the attempt named [{}], not [{}]",
+                names(&attempt),
+                names(&sorted(given))
+            ),
+        }),
+        (attempt, _) => Ok(attempt),
+    }
+}
+
+fn names(list: &[ParticipantName]) -> String {
+    list.iter()
+        .map(|p| p.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether `requested` may be recorded for the attempt, claimed as an attempt of `txid`.
+/// `named`: the participants the attempt named, when known (`attempt_participants`).
+/// `evidence`: every participant asked, with its answer.
 pub fn judge(
     requested: Decision,
+    txid: &TxId,
     own: &OwnAnswer,
     named: Option<&[ParticipantName]>,
     evidence: &[ParticipantEvidence],
@@ -102,6 +184,35 @@ pub fn judge(
             };
         }
         OwnAnswer::Unknown(_) => {}
+    }
+    if let Some(e) = evidence
+        .iter()
+        .find(|e| e.txid.as_ref().is_some_and(|held| held != txid))
+    {
+        return refuse(
+            ErrorCode::AttemptIdMismatch,
+            format!(
+                "participant {} holds this attempt as transaction {}, not {txid}",
+                e.participant,
+                e.txid.as_ref().map_or("", |t| t.as_str())
+            ),
+        );
+    }
+    if let Some(named) = named {
+        // A participant the attempt named that was not asked (not in this coordinator's
+        // configuration) may have ended it either way.
+        if let Some(p) = named
+            .iter()
+            .find(|p| !evidence.iter().any(|e| &e.participant == *p))
+        {
+            return refuse(
+                ErrorCode::InsufficientEvidence,
+                format!(
+                    "participant {p}, which the attempt named, is not in this coordinator's \
+                     configuration and could not be asked"
+                ),
+            );
+        }
     }
     let with = |state: AttemptState| -> Vec<&ParticipantName> {
         evidence
@@ -162,9 +273,9 @@ pub fn judge(
             let Some(named) = named else {
                 return refuse(
                     ErrorCode::InsufficientEvidence,
-                    "no participant committed it and the coordinator's log no longer names the \
-                     attempt's participants: commit needs every one of them prepared; name them \
-                     in \"participants\""
+                    "no participant committed it, and neither the coordinator's log nor any \
+                     participant names the attempt's participants: commit needs every one of \
+                     them prepared, and an operator's list cannot prove which they were"
                         .into(),
                 );
             };
@@ -185,8 +296,9 @@ pub fn judge(
                         return refuse(
                             ErrorCode::ContradictsEvidence,
                             format!(
-                                "participant {p} does not hold the attempt prepared ({other:?}): \
-                                 it never voted yes, so it cannot commit"
+                                "participant {p} does not hold the attempt prepared ({}): it \
+                                 never voted yes, so it cannot commit",
+                                state_word(other)
                             ),
                         );
                     }
@@ -225,6 +337,26 @@ mod tests {
             txid: None,
             participants: None,
         }
+    }
+
+    fn t() -> TxId {
+        TxId::new("order-1").unwrap()
+    }
+
+    /// The judge, for an attempt claimed under its own id `order-1`.
+    fn j(
+        requested: Decision,
+        own: &OwnAnswer,
+        named: Option<&[ParticipantName]>,
+        evidence: &[ParticipantEvidence],
+    ) -> Result<(), Refusal> {
+        judge(requested, &t(), own, named, evidence)
+    }
+
+    fn holding(mut e: ParticipantEvidence, txid: &str, named: &[&str]) -> ParticipantEvidence {
+        e.txid = Some(TxId::new(txid).unwrap());
+        e.participants = Some(named.iter().map(|n| p(n)).collect());
+        e
     }
 
     fn unknown() -> OwnAnswer {
@@ -268,7 +400,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                code(judge(requested, &own, Some(&[p("a"), p("b")]), &all)),
+                code(j(requested, &own, Some(&[p("a"), p("b")]), &all)),
                 Some(expected),
                 "{own:?} {requested:?}"
             );
@@ -279,38 +411,38 @@ mod tests {
     fn commit_needs_every_named_participant_prepared_or_one_committed() {
         let named = [p("a"), p("b")];
         let both = [says("a", Prepared), says("b", Prepared)];
-        assert_eq!(judge(Commit, &unknown(), Some(&named), &both), Ok(()));
+        assert_eq!(j(Commit, &unknown(), Some(&named), &both), Ok(()));
         assert_eq!(
-            code(judge(Commit, &unknown(), None, &both)),
+            code(j(Commit, &unknown(), None, &both)),
             Some(ErrorCode::InsufficientEvidence),
             "without the attempt's participants, prepared-everywhere cannot be shown"
         );
         let one_missing = [says("a", Prepared), says("b", Unknown)];
         assert_eq!(
-            code(judge(Commit, &unknown(), Some(&named), &one_missing)),
+            code(j(Commit, &unknown(), Some(&named), &one_missing)),
             Some(ErrorCode::ContradictsEvidence),
             "b never voted yes"
         );
         let one_committed = [says("a", Prepared), says("b", Committed), silent("c")];
-        assert_eq!(judge(Commit, &unknown(), None, &one_committed), Ok(()));
+        assert_eq!(j(Commit, &unknown(), None, &one_committed), Ok(()));
         let one_aborted = [says("a", Prepared), says("b", Aborted)];
         assert_eq!(
-            code(judge(Commit, &unknown(), Some(&named), &one_aborted)),
+            code(j(Commit, &unknown(), Some(&named), &one_aborted)),
             Some(ErrorCode::ContradictsEvidence)
         );
         let one_refused = [says("a", Prepared), says("b", Refused)];
         assert_eq!(
-            code(judge(Commit, &unknown(), Some(&named), &one_refused)),
+            code(j(Commit, &unknown(), Some(&named), &one_refused)),
             Some(ErrorCode::ContradictsEvidence)
         );
         let forgot = [says("a", Prepared), says("b", Forgotten)];
         assert_eq!(
-            code(judge(Commit, &unknown(), Some(&named), &forgot)),
+            code(j(Commit, &unknown(), Some(&named), &forgot)),
             Some(ErrorCode::InsufficientEvidence)
         );
         let unasked = [says("a", Prepared), silent("b")];
         assert_eq!(
-            code(judge(Commit, &unknown(), Some(&named), &unasked)),
+            code(j(Commit, &unknown(), Some(&named), &unasked)),
             Some(ErrorCode::InsufficientEvidence)
         );
     }
@@ -319,7 +451,7 @@ mod tests {
     fn abort_needs_no_participant_committed() {
         let named = [p("a"), p("b")];
         assert_eq!(
-            judge(
+            j(
                 Abort,
                 &unknown(),
                 None,
@@ -328,7 +460,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            judge(
+            j(
                 Abort,
                 &unknown(),
                 Some(&named),
@@ -337,7 +469,7 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            code(judge(
+            code(j(
                 Abort,
                 &unknown(),
                 Some(&named),
@@ -346,7 +478,7 @@ mod tests {
             Some(ErrorCode::ContradictsEvidence)
         );
         assert_eq!(
-            code(judge(
+            code(j(
                 Abort,
                 &unknown(),
                 None,
@@ -356,12 +488,97 @@ mod tests {
             "b may have committed"
         );
         assert_eq!(
-            code(judge(
+            code(j(
                 Abort,
                 &unknown(),
                 None,
                 &[says("a", Prepared), silent("b")]
             )),
+            Some(ErrorCode::InsufficientEvidence)
+        );
+    }
+
+    #[test]
+    fn an_attempt_is_judged_only_under_its_own_id() {
+        let named = [p("a"), p("b")];
+        let other = [
+            holding(says("a", Prepared), "ghost", &["a", "b"]),
+            says("b", Prepared),
+        ];
+        for requested in [Commit, Abort] {
+            assert_eq!(
+                code(j(requested, &unknown(), Some(&named), &other)),
+                Some(ErrorCode::AttemptIdMismatch),
+                "{requested:?} of another id's attempt"
+            );
+        }
+        let own = [
+            holding(says("a", Prepared), "order-1", &["a", "b"]),
+            holding(says("b", Prepared), "order-1", &["a", "b"]),
+        ];
+        assert_eq!(j(Commit, &unknown(), Some(&named), &own), Ok(()));
+    }
+
+    #[test]
+    fn a_named_participant_nobody_could_ask_blocks_the_resolution() {
+        let named = [p("a"), p("b"), p("z")];
+        let asked = [says("a", Prepared), says("b", Prepared)];
+        for requested in [Commit, Abort] {
+            assert_eq!(
+                code(j(requested, &unknown(), Some(&named), &asked)),
+                Some(ErrorCode::InsufficientEvidence),
+                "z is not configured: it may have ended the attempt ({requested:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn the_attempts_participants_come_from_the_attempt_not_the_operator() {
+        let log = [p("b"), p("a")];
+        let vouching = [
+            holding(says("a", Prepared), "order-1", &["a", "b"]),
+            holding(says("b", Prepared), "order-1", &["b", "a"]),
+        ];
+        // The log's list wins and is what the operator's list is checked against.
+        assert_eq!(
+            attempt_participants(Some(&log), None, &[]),
+            Ok(Some(vec![p("a"), p("b")]))
+        );
+        assert_eq!(
+            attempt_participants(Some(&log), Some(&[p("a")]), &vouching)
+                .err()
+                .map(|r| r.code),
+            Some(ErrorCode::ContradictsEvidence),
+            "an operator who leaves b out is refused"
+        );
+        // Without the log, the participants vouch (in any order).
+        assert_eq!(
+            attempt_participants(None, Some(&[p("a"), p("b")]), &vouching),
+            Ok(Some(vec![p("a"), p("b")]))
+        );
+        assert_eq!(
+            attempt_participants(None, Some(&[p("a")]), &vouching)
+                .err()
+                .map(|r| r.code),
+            Some(ErrorCode::ContradictsEvidence)
+        );
+        // Participants that disagree are a contradiction in themselves.
+        let disagree = [
+            holding(says("a", Prepared), "order-1", &["a", "b"]),
+            holding(says("b", Prepared), "order-1", &["a", "b", "c"]),
+        ];
+        assert_eq!(
+            attempt_participants(None, None, &disagree)
+                .err()
+                .map(|r| r.code),
+            Some(ErrorCode::ContradictsEvidence)
+        );
+        // Nothing vouches: the operator's list is not taken as proof, so commit cannot pass.
+        let silent_lists = [says("a", Prepared), says("b", Prepared)];
+        let named = attempt_participants(None, Some(&[p("a"), p("b")]), &silent_lists);
+        assert_eq!(named, Ok(None));
+        assert_eq!(
+            code(j(Commit, &unknown(), None, &silent_lists)),
             Some(ErrorCode::InsufficientEvidence)
         );
     }

@@ -8,6 +8,7 @@
 //! - phase two is retried until every participant acknowledged, never given up.
 
 mod backoff;
+mod epoch;
 mod io;
 pub mod judge;
 mod load;
@@ -29,6 +30,8 @@ mod tests_admission;
 #[cfg(test)]
 mod tests_attempts;
 #[cfg(test)]
+mod tests_epoch;
+#[cfg(test)]
 mod tests_staging;
 
 use std::collections::BTreeMap;
@@ -36,12 +39,13 @@ use std::collections::BTreeMap;
 use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
 
 pub use backoff::retry_delay_ms;
+pub use epoch::{EPOCH_RAISE_MAX, EPOCH_RAISES_MAX, EpochState, Fenced};
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use load::{Bounds, Load};
 pub use operator::{AUDIT_KEPT, OperatorSnapshot, ResolvedAttempt};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
-pub use view::DecisionAnswer;
+pub use view::{AnswerSource, DecisionAnswer, Owner};
 
 use crate::records::{
     AckRecord, Attempt, BeginRecord, BehindRecord, EndRecord, EpochRecord, LogRecord, Retained,
@@ -83,6 +87,8 @@ pub struct Engine {
     runs: BTreeMap<Incarnation, RunSpan>,
     /// Proof that this log is behind what participants saw, once learned (durable).
     behind: Option<BehindRecord>,
+    /// Raises of this run's epoch past a run that claimed it (`epoch`).
+    epoch: EpochState,
     /// What each participant holds in `live`, kept in step with it by `step`.
     loads: Loads,
     /// Counts `Archived` events: a submit whose index lookup predates one must look again.
@@ -108,6 +114,7 @@ impl Engine {
             next_position: 1,
             runs: BTreeMap::new(),
             behind: None,
+            epoch: EpochState::default(),
             loads: Loads::default(),
             archive_generation: 0,
             operator: OperatorState::default(),
@@ -137,25 +144,6 @@ impl Engine {
         self.archive_generation
     }
 
-    /// Why this log takes no new work, if participants proved it is behind.
-    pub fn behind(&self) -> Option<&BehindRecord> {
-        self.behind.as_ref()
-    }
-
-    /// Records proof that this log is behind; the record to log (forced) the first time, so
-    /// that a restart (with a higher epoch participants would accept) still refuses new work.
-    pub fn note_behind(&mut self, evidence: String, now_ms: u64) -> Option<LogRecord> {
-        if self.behind.is_some() {
-            return None;
-        }
-        let record = BehindRecord {
-            evidence,
-            at_ms: now_ms,
-        };
-        self.behind = Some(record.clone());
-        Some(LogRecord::Behind(record))
-    }
-
     /// This run starts: later attempts are numbered from 1 under its incarnation.
     fn begin_run(&mut self, identity: EpochRecord) {
         assert!(
@@ -169,12 +157,14 @@ impl Engine {
     }
 
     /// A run's epoch record: the log holds that run from here on.
+    /// A run's later epoch record (a raise) moves its span's epoch up, never down.
     fn note_run(&mut self, identity: &EpochRecord) {
-        self.runs.entry(identity.incarnation).or_insert(RunSpan {
+        let span = self.runs.entry(identity.incarnation).or_insert(RunSpan {
             incarnation: identity.incarnation,
             epoch: identity.epoch,
             reach: 0,
         });
+        span.epoch = span.epoch.max(identity.epoch);
     }
 
     /// The log holds `attempt`, so (positions being given in log order) every earlier attempt
@@ -271,6 +261,8 @@ impl Engine {
                 self.retained.expire(now_ms, retention_ms);
                 Vec::new()
             }
+            Event::Fenced(fenced) => self.fenced(fenced),
+            Event::EpochDurable { identity } => self.epoch_durable(identity),
             Event::Archived { archived } => {
                 for (txid, gtid) in &archived {
                     self.retained.remove_archived(txid, gtid);

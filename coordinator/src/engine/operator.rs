@@ -47,10 +47,11 @@ pub struct OperatorState {
 }
 
 impl OperatorState {
-    /// Applies a durable audit entry. Replaying the same entry again changes nothing.
-    pub fn apply(&mut self, entry: AuditEntry) {
+    /// Applies a durable audit entry; `false` when it was applied before (replaying the same
+    /// entry again changes nothing).
+    pub fn apply(&mut self, entry: AuditEntry) -> bool {
         if entry.seq < self.next_seq {
-            return;
+            return false;
         }
         self.next_seq = entry.seq + 1;
         if let AuditAction::Resolve {
@@ -89,6 +90,7 @@ impl OperatorState {
         while self.audit.len() > AUDIT_KEPT {
             self.audit.pop_front();
         }
+        true
     }
 
     pub fn resolved(&self, gtid: &GlobalTxId) -> Option<&ResolvedAttempt> {
@@ -152,9 +154,12 @@ impl OperatorState {
 }
 
 impl super::Engine {
-    /// Applies an operator action whose audit record is durable.
+    /// Applies an operator action whose audit record is durable (live, and in replay).
     pub fn apply_audit(&mut self, entry: AuditEntry) {
-        self.operator.apply(entry);
+        let clears = matches!(entry.action, AuditAction::ClearBehind { .. });
+        if self.operator.apply(entry) && clears {
+            self.clear_behind();
+        }
     }
 
     /// The sequence number the next operator action gets.
@@ -240,6 +245,68 @@ impl super::Engine {
             let named = r.decision.votes.iter().map(|(p, _)| p.clone()).collect();
             (r.decision.attempt.gtid.clone(), named)
         })
+    }
+
+    /// Whether an operator may claim attempt `gtid` as an attempt of `txid` at all: it must be
+    /// this coordinator's, and no record here (live, staged, `indexed_owner` from the outcome
+    /// index, an earlier resolution) may hold it under another id, and this run must have
+    /// given it out if it is this run's. A resolution that passes this still goes to the
+    /// judge with the participants' evidence.
+    pub fn claim_refusal(
+        &self,
+        txid: &TxId,
+        gtid: &GlobalTxId,
+        indexed_owner: Option<&TxId>,
+    ) -> Option<super::judge::Refusal> {
+        use super::judge::Refusal;
+        use protocol::ErrorCode;
+        let identity = self.identity.as_ref()?;
+        let ours = gtid
+            .parts()
+            .filter(|(owner, _, _)| *owner == identity.coordinator_id.as_str());
+        let Some((_, incarnation, position)) = ours else {
+            return Some(Refusal {
+                code: ErrorCode::ForeignAttempt,
+                message: format!(
+                    "{gtid} is not an attempt id of coordinator {} (<coordinator>:<run>:<position>)",
+                    identity.coordinator_id
+                ),
+            });
+        };
+        let held_as = self
+            .owner_of(gtid)
+            .map(|owner| owner.txid)
+            .or_else(|| indexed_owner.cloned())
+            .or_else(|| self.operator.resolved(gtid).map(|r| r.txid.clone()));
+        if let Some(owner) = held_as.filter(|owner| owner != txid) {
+            return Some(Refusal {
+                code: ErrorCode::AttemptIdMismatch,
+                message: format!(
+                    "attempt {gtid} belongs to transaction {owner}, not {txid}: resolve it under \
+                     its own id, if at all"
+                ),
+            });
+        }
+        let given_out = self.next_position.saturating_sub(1);
+        if position == 0 {
+            return Some(Refusal {
+                code: ErrorCode::AttemptNotIssued,
+                message: format!(
+                    "{gtid} is a probe id (position 0): no attempt is ever begun under it, so \
+                     nothing is in doubt under it"
+                ),
+            });
+        }
+        if incarnation == identity.incarnation && position > given_out {
+            return Some(Refusal {
+                code: ErrorCode::AttemptNotIssued,
+                message: format!(
+                    "this run has given out attempts up to position {given_out}; {gtid} was \
+                     never given out, so nothing is in doubt under it"
+                ),
+            });
+        }
+        None
     }
 
     /// What this engine itself says about attempt `gtid` of `txid`, for the resolve judge.

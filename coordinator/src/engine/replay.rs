@@ -86,7 +86,7 @@ impl Engine {
                 LogRecord::Behind(behind) => {
                     engine.behind.get_or_insert(behind);
                 }
-                LogRecord::Audit(entry) => engine.operator.apply(entry),
+                LogRecord::Audit(entry) => engine.apply_audit(entry),
                 // Sagas replay into their own table (`SagaEngine::replay`).
                 LogRecord::Saga(_) => {}
                 // The lease service replays its own records (`runtime::start`).

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use protocol::TxId;
+use protocol::{GlobalTxId, TxId};
 
 use crate::records::Retained;
 
@@ -21,6 +21,9 @@ struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct RetainedSet {
     map: HashMap<TxId, Entry>,
+    /// Which id each staged attempt ended under: a question that pairs an attempt with
+    /// another id is told the attempt has a record, never presumed abort.
+    owners: HashMap<GlobalTxId, TxId>,
     /// Insertion order (= end order), so the oldest go first in O(1).
     order: VecDeque<(TxId, u64)>,
     next: u64,
@@ -35,13 +38,20 @@ impl RetainedSet {
         self.map.get(txid).map(|e| &e.retained)
     }
 
+    /// The staged outcome of attempt `gtid`, whatever id it ended under.
+    pub fn of_attempt(&self, gtid: &GlobalTxId) -> Option<&Retained> {
+        self.owners.get(gtid).and_then(|txid| self.get(txid))
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
     /// Forgets one outcome (its place in `order` is skipped later).
     pub fn remove(&mut self, txid: &TxId) {
-        self.map.remove(txid);
+        if let Some(entry) = self.map.remove(txid) {
+            self.owners.remove(&entry.retained.decision.attempt.gtid);
+        }
     }
 
     /// Forgets `txid`'s outcome if it is the one of attempt `gtid` (the index holds it now); a
@@ -68,6 +78,9 @@ impl RetainedSet {
         let txid = retained.decision.txid.clone();
         let number = self.next;
         self.next += 1;
+        self.remove(&txid);
+        self.owners
+            .insert(retained.decision.attempt.gtid.clone(), txid.clone());
         self.map.insert(txid.clone(), Entry { retained, number });
         self.order.push_back((txid, number));
     }
@@ -166,6 +179,17 @@ mod tests {
         set.remove_archived(&TxId::new("a").unwrap(), &a);
         assert_eq!(ids(&set), ["c", "b"]);
         assert_eq!(set.order.len(), 2, "stale front entries are dropped");
+        assert!(
+            set.of_attempt(&old_b).is_none(),
+            "replaced: its attempt left"
+        );
+        assert!(set.of_attempt(&a).is_none(), "archived: its attempt left");
+        let c = gtid_of(&set, "c");
+        assert_eq!(
+            set.of_attempt(&c).map(|r| r.decision.txid.as_str()),
+            Some("c")
+        );
+        assert_eq!(set.owners.len(), set.len(), "one owner per staged outcome");
     }
 
     #[test]
@@ -180,5 +204,6 @@ mod tests {
         assert_eq!(set.get(&TxId::new("a").unwrap()).unwrap().ended_at_ms, 30);
         set.expire(40, 10);
         assert_eq!(set.len(), 0);
+        assert!(set.owners.is_empty());
     }
 }

@@ -199,25 +199,34 @@ fn a_runs_reach_advances_at_submit() {
 }
 
 #[test]
-fn an_incarnation_this_log_does_not_hold_is_unknown_and_proves_the_log_behind() {
+fn an_incarnation_this_log_does_not_hold_is_unknown_and_counted_never_believed() {
     let mut engine = Engine::new(config(10), run(RUN1, 1));
     run_to_end(&mut engine, "t", 1, VoteKind::Yes);
-    // A participant was prepared by a run this log never saw: a restored or rolled-back log.
+    // A query naming a run this log never saw: a restored log, or a peer making it up. A
+    // query is a claim: it is answered unknown and flagged for the count, and nothing else
+    // changes (the answer is computed from `&self`; the mark comes only from a refusal).
     let lost = Incarnation(0xdead);
     let lost_attempt = attempt(lost, 1);
     let got = answer(&engine, "t", &lost_attempt);
     assert_eq!(got.decision, DecisionStatus::Unknown);
-    let evidence = got.behind.expect("the query proves the log is behind");
-    for part in [
-        lost_attempt.gtid.as_str(),
-        &lost.to_string(),
-        &RUN1.to_string(),
-    ] {
-        assert!(evidence.contains(part), "{part} not in {evidence}");
-    }
+    assert!(got.unknown_run, "{got:?}");
+    assert_eq!(got.source, AnswerSource::Unknown);
     assert!(got.reason.is_some_and(|r| r.contains(&lost.to_string())));
+    assert_eq!(engine.behind(), None, "a query never marks the log behind");
     // Even at position 1, which this run did reach: the run, not the position, is unknown.
     assert_eq!(reach_of(&engine, RUN1), Some(1));
+    // The same made-up run under every epoch and position a hostile peer might try.
+    for (epoch, position) in [(0, 0), (1, 1), (u64::MAX, u64::MAX), (7, 3)] {
+        let mut query = query(&attempt(Incarnation(u64::MAX), position.max(1)));
+        query.epoch = Epoch(epoch);
+        query.position = position;
+        let got = engine.decision_for(&id("x"), Some(&query));
+        assert_eq!(got.decision, DecisionStatus::Unknown, "{epoch}/{position}");
+        assert_eq!(engine.behind(), None);
+    }
+    // New work is still taken.
+    let commands = engine.step(submit(9, WaitFor::Decision, "after", 9));
+    assert_eq!(prepared(&commands).len(), 2, "{commands:?}");
 }
 
 #[test]
@@ -280,10 +289,8 @@ fn an_earlier_run_is_held_whole_so_a_lost_begin_is_presumed_aborted() {
             .is_some_and(|r| r.contains("ended before this one")),
         "{got:?}"
     );
-    assert_eq!(
-        got.behind, None,
-        "a lost Begin proves nothing about the log"
-    );
+    assert!(!got.unknown_run, "run 1 is in this log: {got:?}");
+    assert_eq!(got.source, AnswerSource::Presumed);
     // This run has given out nothing yet: its position 1 cannot be answered.
     let got = answer(&engine, "z", &attempt(RUN2, 1));
     assert_eq!(got.decision, DecisionStatus::Unknown, "{got:?}");
@@ -366,7 +373,7 @@ fn coverage_survives_checkpoints() {
     for (incarnation, position, status) in expected {
         let got = answer(&restored, "q", &attempt(incarnation, position));
         assert_eq!(got.decision, status, "{incarnation}:{position}: {got:?}");
-        assert_eq!(got.behind, None, "{incarnation}:{position}");
+        assert!(!got.unknown_run, "{incarnation}:{position}");
     }
     // z (run 2, position 1) was live at the checkpoint: recovery is aborting it, so it is
     // pending until that abort is durable, then abort.
@@ -396,7 +403,7 @@ fn a_query_that_names_no_attempt_of_this_coordinator_is_unknown() {
 
     let no_query = engine.decision_for(&id("t"), None);
     assert_eq!(no_query.decision, DecisionStatus::Unknown);
-    assert_eq!(no_query.behind, None);
+    assert!(!no_query.unknown_run);
     let mismatched = [
         (
             "another coordinator's id",
@@ -415,7 +422,7 @@ fn a_query_that_names_no_attempt_of_this_coordinator_is_unknown() {
         };
         let got = engine.decision_for(&id("t"), Some(&query));
         assert_eq!(got.decision, DecisionStatus::Unknown, "{what}: {got:?}");
-        assert_eq!(got.behind, None, "{what}");
+        assert!(!got.unknown_run, "{what}");
         assert!(got.reason.is_some(), "{what}");
     }
 }
@@ -435,16 +442,32 @@ fn recovery_refuses_an_incarnation_the_log_already_holds() {
 fn the_proof_that_the_log_is_behind_is_logged_once_and_survives_replay_and_checkpoints() {
     let mut engine = Engine::new(config(10), run(RUN1, 1));
     assert_eq!(engine.behind(), None);
+    let refusal = |evidence: &str, at_ms: u64| {
+        Event::Fenced(Fenced {
+            participant: name("inventory"),
+            evidence: evidence.to_string(),
+            sent_epoch: Epoch(1),
+            highest: None,
+            now_ms: at_ms,
+        })
+    };
     let first = crate::records::BehindRecord {
-        evidence: "inventory refused a prepare: incarnation_conflict".to_string(),
+        evidence: "inventory: refused a prepare: incarnation_conflict".to_string(),
         at_ms: 5,
     };
+    let commands = engine.step(refusal("refused a prepare: incarnation_conflict", 5));
     assert_eq!(
-        engine.note_behind(first.evidence.clone(), 5),
-        Some(LogRecord::Behind(first.clone()))
+        commands.first(),
+        Some(&Command::AppendForced(LogRecord::Behind(first.clone())))
     );
-    // Once known, later proofs log nothing and do not replace the first.
-    assert_eq!(engine.note_behind("later".to_string(), 6), None);
+    // Once known, later proofs log no second mark and do not replace the first.
+    let later = engine.step(refusal("later", 6));
+    assert!(
+        !later
+            .iter()
+            .any(|c| matches!(c, Command::AppendForced(LogRecord::Behind(_)))),
+        "{later:?}"
+    );
     assert_eq!(engine.behind(), Some(&first));
 
     // From the log...

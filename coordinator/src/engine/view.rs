@@ -10,16 +10,31 @@ use crate::engine::Engine;
 use crate::engine::tx::{Delivery, Phase, Tx, outcome_of};
 use crate::records::Retained;
 
-/// The answer to a participant's decision query, and what the query showed about this log.
+/// Where a decision answer comes from. The runtime asks the outcome index about anything the
+/// engine could not answer from its own record of the attempt: the index outranks a
+/// resolution, a presumption and an `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerSource {
+    /// The engine's live or staged record of this attempt under this id.
+    Record,
+    /// An operator's resolution of this attempt under this id.
+    Resolution,
+    /// Presumed abort: the log provably covers the attempt and holds no decision for it.
+    Presumed,
+    /// Nothing here can prove either outcome.
+    Unknown,
+}
+
+/// The answer to a participant's decision query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecisionAnswer {
     pub decision: DecisionStatus,
     /// Why, for a presumed abort or an `unknown`.
     pub reason: Option<String>,
-    /// The query proves this log is behind what participants have seen: the attempt was
-    /// prepared under a run this log does not hold (a restored backup, a rolled-back disk).
-    /// The runtime stops taking new work when it sees this.
-    pub behind: Option<String>,
+    pub source: AnswerSource,
+    /// The query named a run (incarnation) this log does not hold. Counted, never believed:
+    /// only a participant's refusal of a message this run sent proves the log is behind.
+    pub unknown_run: bool,
 }
 
 impl DecisionAnswer {
@@ -27,17 +42,43 @@ impl DecisionAnswer {
         DecisionAnswer {
             decision,
             reason: None,
-            behind: None,
+            source: AnswerSource::Record,
+            unknown_run: false,
         }
     }
 
-    fn unknown(reason: String) -> Self {
+    /// `unknown`, with why.
+    pub fn unknown(reason: String) -> Self {
         DecisionAnswer {
             decision: DecisionStatus::Unknown,
             reason: Some(reason),
-            behind: None,
+            source: AnswerSource::Unknown,
+            unknown_run: false,
         }
     }
+
+    /// The answer from the outcome index's entry for the attempt, which ended as `owner`.
+    pub fn from_index(
+        txid: &TxId,
+        owner: &TxId,
+        gtid: &GlobalTxId,
+        decision: DecisionStatus,
+    ) -> Self {
+        if owner == txid {
+            return DecisionAnswer::known(decision);
+        }
+        DecisionAnswer::unknown(format!(
+            "attempt {gtid} ended as transaction {owner}, not {txid}: ask with the id it was \
+             prepared under"
+        ))
+    }
+}
+
+/// The transaction an attempt belongs to, and its answer now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub txid: TxId,
+    pub answer: DecisionStatus,
 }
 
 /// Counts for `/metrics`.
@@ -122,7 +163,11 @@ impl Engine {
 
     /// What a participant in doubt about attempt `query.gtid` of client id `txid` is told.
     /// Pure and free: presumed abort needs no record, because an attempt's id is never given
-    /// out again, so nothing can commit it after "abort" was said.
+    /// out again, so nothing can commit it after "abort" was said. The runtime then lets the
+    /// outcome index outrank anything not answered from a record (`AnswerSource`).
+    ///
+    /// An attempt is only ever answered under the id it was begun with: a question pairing it
+    /// with another id is `unknown`, whether the attempt is live, staged or resolved.
     ///
     /// Presumed abort is given only where this log provably covers the question:
     /// - an earlier run (incarnation) this log holds: that run ended before this one started
@@ -133,10 +178,10 @@ impl Engine {
     /// - this run, at a position it has given out: every such attempt is live (answered
     ///   above) or ended and forgotten.
     ///
-    /// Anything else is `unknown`. A run this log does not hold means the log was rolled back
-    /// (a restored copy of the data directory): `behind` says so. A position this run never
-    /// gave out, a gtid that is not this coordinator's, or no query at all cannot be proven
-    /// either way.
+    /// Anything else is `unknown`: a run this log does not hold (a restored copy of the data
+    /// directory, or a made-up run: a query is a claim, not evidence, so it is counted and
+    /// nothing more), a position this run never gave out, a gtid that is not this
+    /// coordinator's, or no query at all.
     pub fn decision_for(&self, txid: &TxId, query: Option<&DecisionQuery>) -> DecisionAnswer {
         let Some(query) = query else {
             return DecisionAnswer::unknown(
@@ -145,38 +190,48 @@ impl Engine {
                     .to_string(),
             );
         };
-        if let Some(tx) = self
+        // The usual question names the attempt's own id: two lookups. Otherwise a scan of the
+        // live set (bounded by admission control) finds an attempt asked about under another.
+        let own = self
             .live
             .get(txid)
             .filter(|tx| tx.attempt.gtid == query.gtid)
-        {
-            return DecisionAnswer::known(match &tx.phase {
-                Phase::Decided(decided) => decided.decision.into(),
-                // Not durable yet (or unknowable after a log failure): ask again.
-                Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => {
-                    DecisionStatus::Pending
-                }
+            .map(|tx| Owner {
+                txid: tx.id.clone(),
+                answer: live_answer(tx),
+            })
+            .or_else(|| {
+                self.retained
+                    .get(txid)
+                    .filter(|r| r.decision.attempt.gtid == query.gtid)
+                    .map(|r| Owner {
+                        txid: r.decision.txid.clone(),
+                        answer: r.decision.decision.into(),
+                    })
             });
-        }
-        if let Some(retained) = self
-            .retained
-            .get(txid)
-            .filter(|r| r.decision.attempt.gtid == query.gtid)
-        {
-            return DecisionAnswer::known(retained.decision.decision.into());
+        if let Some(owner) = own.or_else(|| self.owner_of(&query.gtid)) {
+            if owner.txid != *txid {
+                return DecisionAnswer::unknown(format!(
+                    "attempt {} belongs to transaction {}, not {txid}: ask with the id it was \
+                     prepared under",
+                    query.gtid, owner.txid
+                ));
+            }
+            return DecisionAnswer::known(owner.answer);
         }
         if let Some(resolved) = self.operator.resolved(&query.gtid) {
-            return DecisionAnswer::known(resolved.decision.into());
-        }
-        // The span alone would presume abort for an attempt that is still live under another
-        // client id (a participant that mixed up its ids), and its coming decision could be
-        // commit: never presume for an attempt that can still be decided.
-        if let Some(tx) = self.live.values().find(|tx| tx.attempt.gtid == query.gtid) {
-            return DecisionAnswer::unknown(format!(
-                "attempt {} belongs to transaction {}, not {txid}: ask with the id it was \
-                 prepared under",
-                query.gtid, tx.id
-            ));
+            if resolved.txid != *txid {
+                return DecisionAnswer::unknown(format!(
+                    "attempt {} was resolved as transaction {}, not {txid}",
+                    query.gtid, resolved.txid
+                ));
+            }
+            return DecisionAnswer {
+                decision: resolved.decision.into(),
+                reason: None,
+                source: AnswerSource::Resolution,
+                unknown_run: false,
+            };
         }
         let Some(identity) = &self.identity else {
             return DecisionAnswer::unknown("the coordinator is recovering".to_string());
@@ -191,16 +246,12 @@ impl Engine {
         }
         let Some(span) = self.runs.get(&query.incarnation) else {
             let mut answer = DecisionAnswer::unknown(format!(
-                "this coordinator's log holds no run {} (epoch {}): the attempt was begun by a \
-                 run whose log is gone (a restored backup or a rolled-back disk), so its \
-                 outcome cannot be known from here",
+                "this coordinator's log holds no run {} (epoch {}): if a run of this \
+                 coordinator began the attempt, its log is gone (a restored backup or a \
+                 rolled-back disk), so its outcome cannot be known from here",
                 query.incarnation, query.epoch
             ));
-            answer.behind = Some(format!(
-                "a participant prepared {} under run {} at epoch {}, which this log does not \
-                 hold (this run is {} at epoch {})",
-                query.gtid, query.incarnation, query.epoch, identity.incarnation, identity.epoch
-            ));
+            answer.unknown_run = true;
             return answer;
         };
         let this_run = query.incarnation == identity.incarnation;
@@ -220,7 +271,8 @@ impl Engine {
                     "presumed abort: {covered}, and no decision for {}",
                     query.gtid
                 )),
-                behind: None,
+                source: AnswerSource::Presumed,
+                unknown_run: false,
             };
         }
         DecisionAnswer::unknown(format!(
@@ -228,6 +280,21 @@ impl Engine {
              positions up to {})",
             query.gtid, query.position, span.reach
         ))
+    }
+
+    /// Who holds attempt `gtid` here (live or staged), whatever id a question names, and
+    /// what a participant asking about it is told.
+    pub fn owner_of(&self, gtid: &GlobalTxId) -> Option<Owner> {
+        if let Some(tx) = self.live.values().find(|tx| tx.attempt.gtid == *gtid) {
+            return Some(Owner {
+                txid: tx.id.clone(),
+                answer: live_answer(tx),
+            });
+        }
+        self.retained.of_attempt(gtid).map(|r| Owner {
+            txid: r.decision.txid.clone(),
+            answer: r.decision.decision.into(),
+        })
     }
 
     /// How far the log holds each run, oldest first (for `/readyz` details and tests).
@@ -269,6 +336,15 @@ impl Engine {
             .flat_map(|tx| &tx.parts)
             .filter(|p| p.delivery == Delivery::RetryArmed)
             .count()
+    }
+}
+
+/// What a participant asking about a live attempt is told.
+fn live_answer(tx: &Tx) -> DecisionStatus {
+    match &tx.phase {
+        Phase::Decided(decided) => decided.decision.into(),
+        // Not durable yet (or unknowable after a log failure): ask again.
+        Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => DecisionStatus::Pending,
     }
 }
 

@@ -1,10 +1,14 @@
 //! The on-disk outcome index: every ended transaction's outcome for its whole idempotency
 //! window, in one redb file (`<data-dir>/outcomes.redb`).
 //!
-//! Three tables:
+//! Four tables:
 //! - `outcomes`: txid -> (ended_at_ms, seq, JSON of the `Retained` record), for point lookups;
 //! - `by_time`: (ended_at_ms, seq) -> txid, oldest first, for expiry, budget eviction and
 //!   paged listing without touching anything else;
+//! - `by_gtid`: attempt id -> txid, so an attempt is found whatever id a question names it
+//!   under (a decision query or an operator's resolve that pairs it with another id must not
+//!   be answered as if the attempt had no record); built from `outcomes` once when an index
+//!   written before it is opened;
 //! - `meta`: counters that must survive restarts (the logical bytes stored, the next seq, early
 //!   evictions), because a B-tree file's size lags its deletes and cannot be the budget.
 //!
@@ -17,13 +21,17 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
-use protocol::{Decision, TxId};
+use protocol::{Decision, GlobalTxId, TxId};
 
 use crate::records::Retained;
 
 const OUTCOMES: TableDefinition<&str, (u64, u64, &[u8])> = TableDefinition::new("outcomes");
 const BY_TIME: TableDefinition<(u64, u64), &str> = TableDefinition::new("by_time");
+const BY_GTID: TableDefinition<&str, &str> = TableDefinition::new("by_gtid");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Set once `by_gtid` holds every entry of `outcomes` (an index from before it gets it built).
+const META_BY_GTID_BUILT: &str = "by_gtid_built";
 
 const META_BYTES: &str = "logical_bytes";
 const META_NEXT_SEQ: &str = "next_seq";
@@ -133,10 +141,51 @@ pub struct OutcomeStore {
     max_bytes: u64,
 }
 
-/// The bytes one entry costs in the budget: both tables' keys and values.
-fn entry_bytes(txid: &str, json_len: usize) -> u64 {
-    // outcomes: key + (u64, u64, json); by_time: (u64, u64) + txid.
-    (2 * txid.len() + 32 + json_len) as u64
+/// The bytes one entry costs in the budget: every table's keys and values.
+fn entry_bytes(txid: &str, gtid_len: usize, json_len: usize) -> u64 {
+    // outcomes: key + (u64, u64, json); by_time: (u64, u64) + txid; by_gtid: gtid + txid.
+    (3 * txid.len() + gtid_len + 32 + json_len) as u64
+}
+
+/// The attempt id inside a stored entry, read without decoding the rest.
+fn gtid_of(json: &[u8]) -> Result<String, redb::Error> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        decision: Decision_,
+    }
+    #[derive(serde::Deserialize)]
+    struct Decision_ {
+        attempt: Attempt_,
+    }
+    #[derive(serde::Deserialize)]
+    struct Attempt_ {
+        gtid: String,
+    }
+    serde_json::from_slice::<Entry>(json)
+        .map(|e| e.decision.attempt.gtid)
+        .map_err(|e| redb::Error::Corrupted(format!("an outcome entry without its attempt: {e}")))
+}
+
+/// Removes `txid`'s entry from `outcomes` and `by_gtid` (not `by_time`: callers hold its key);
+/// the budget bytes it cost, if it was there.
+fn remove_entry(
+    outcomes: &mut redb::Table<&str, (u64, u64, &[u8])>,
+    by_gtid: &mut redb::Table<&str, &str>,
+    txid: &str,
+) -> Result<Option<u64>, redb::Error> {
+    let Some(json) = outcomes.remove(txid)?.map(|v| v.value().2.to_vec()) else {
+        return Ok(None);
+    };
+    let gtid = gtid_of(&json)?;
+    // Attempt ids are never reused, so the mapping is this entry's; checked anyway, because
+    // removing another id's mapping would hide that attempt's record.
+    let owned = by_gtid
+        .get(gtid.as_str())?
+        .is_some_and(|owner| owner.value() == txid);
+    if owned {
+        by_gtid.remove(gtid.as_str())?;
+    }
+    Ok(Some(entry_bytes(txid, gtid.len(), json.len())))
 }
 
 /// The first `ended_at_ms` still inside the window at `now_ms` (`ended_at + retention > now`).
@@ -164,11 +213,25 @@ impl OutcomeStore {
             path: path.to_path_buf(),
             max_bytes,
         };
-        // Create the tables, so read transactions find them from the start.
+        // Create the tables, so read transactions find them from the start; an index written
+        // before `by_gtid` existed gets it built (and its byte count redone to match).
         store.write("create tables", |tx| {
-            tx.open_table(OUTCOMES)?;
+            let outcomes = tx.open_table(OUTCOMES)?;
             tx.open_table(BY_TIME)?;
-            tx.open_table(META)?;
+            let mut by_gtid = tx.open_table(BY_GTID)?;
+            let mut meta = tx.open_table(META)?;
+            if get_meta(&meta, META_BY_GTID_BUILT)? == 0 {
+                let mut bytes = 0u64;
+                for entry in outcomes.iter()? {
+                    let (txid, value) = entry?;
+                    let json = value.value().2;
+                    let gtid = gtid_of(json)?;
+                    by_gtid.insert(gtid.as_str(), txid.value())?;
+                    bytes += entry_bytes(txid.value(), gtid.len(), json.len());
+                }
+                meta.insert(META_BYTES, bytes)?;
+                meta.insert(META_BY_GTID_BUILT, 1)?;
+            }
             Ok(())
         })?;
         Ok(store)
@@ -227,28 +290,32 @@ impl OutcomeStore {
         self.write("archive", |tx| {
             let mut outcomes = tx.open_table(OUTCOMES)?;
             let mut by_time = tx.open_table(BY_TIME)?;
+            let mut by_gtid = tx.open_table(BY_GTID)?;
             let mut meta = tx.open_table(META)?;
             let mut bytes = get_meta(&meta, META_BYTES)?;
             let mut seq = get_meta(&meta, META_NEXT_SEQ)?;
             let mut report = ArchiveReport::default();
             for retained in batch {
                 let txid = retained.decision.txid.as_str();
+                let gtid = retained.decision.attempt.gtid.as_str();
                 let json = serde_json::to_vec(retained)
                     .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
                 let old = outcomes.get(txid)?.map(|v| {
-                    let (at, old_seq, old_json) = v.value();
-                    (at, old_seq, old_json.len())
+                    let (at, old_seq, _) = v.value();
+                    (at, old_seq)
                 });
-                if let Some((at, old_seq, old_len)) = old {
+                if let Some((at, old_seq)) = old {
                     if at > retained.ended_at_ms {
                         continue;
                     }
                     by_time.remove((at, old_seq))?;
-                    bytes = bytes.saturating_sub(entry_bytes(txid, old_len));
+                    let freed = remove_entry(&mut outcomes, &mut by_gtid, txid)?;
+                    bytes = bytes.saturating_sub(freed.unwrap_or(0));
                 }
                 outcomes.insert(txid, (retained.ended_at_ms, seq, json.as_slice()))?;
                 by_time.insert((retained.ended_at_ms, seq), txid)?;
-                bytes += entry_bytes(txid, json.len());
+                by_gtid.insert(gtid, txid)?;
+                bytes += entry_bytes(txid, gtid.len(), json.len());
                 seq += 1;
                 report.written += 1;
             }
@@ -262,9 +329,8 @@ impl OutcomeStore {
                 else {
                     break;
                 };
-                let removed = outcomes.remove(txid.as_str())?.map(|v| v.value().2.len());
-                if let Some(len) = removed {
-                    bytes = bytes.saturating_sub(entry_bytes(&txid, len));
+                if let Some(freed) = remove_entry(&mut outcomes, &mut by_gtid, &txid)? {
+                    bytes = bytes.saturating_sub(freed);
                 }
                 if key.0.saturating_add(retention_ms) > now_ms {
                     report.evicted_early += 1;
@@ -305,6 +371,28 @@ impl OutcomeStore {
         }
     }
 
+    /// The outcome recorded for attempt `gtid`, whatever id it ended under, inside the window
+    /// as for [`OutcomeStore::get`].
+    pub fn get_attempt(
+        &self,
+        gtid: &GlobalTxId,
+        now_ms: u64,
+        retention_ms: u64,
+    ) -> Result<Option<Retained>, OutcomeError> {
+        let owner = (|| -> Result<Option<String>, redb::Error> {
+            let tx = self.db.begin_read()?;
+            let by_gtid = tx.open_table(BY_GTID)?;
+            Ok(by_gtid.get(gtid.as_str())?.map(|v| v.value().to_string()))
+        })()
+        .map_err(self.err("lookup by attempt"))?;
+        let Some(owner) = owner.and_then(|t| TxId::new(t).ok()) else {
+            return Ok(None);
+        };
+        Ok(self
+            .get(&owner, now_ms, retention_ms)?
+            .filter(|r| r.decision.attempt.gtid == *gtid))
+    }
+
     /// Deletes outcomes that ended `retention_ms` or longer before `now_ms`, at most
     /// `EXPIRE_BATCH` of them; returns how many went (call again while it returns the batch).
     pub fn expire(&self, now_ms: u64, retention_ms: u64) -> Result<usize, OutcomeError> {
@@ -321,6 +409,7 @@ impl OutcomeStore {
         self.write("expire", |tx| {
             let mut outcomes = tx.open_table(OUTCOMES)?;
             let mut by_time = tx.open_table(BY_TIME)?;
+            let mut by_gtid = tx.open_table(BY_GTID)?;
             let mut meta = tx.open_table(META)?;
             let mut bytes = get_meta(&meta, META_BYTES)?;
             let mut gone = 0;
@@ -336,8 +425,8 @@ impl OutcomeStore {
                     break;
                 }
                 by_time.remove(key)?;
-                if let Some(len) = outcomes.remove(txid.as_str())?.map(|v| v.value().2.len()) {
-                    bytes = bytes.saturating_sub(entry_bytes(&txid, len));
+                if let Some(freed) = remove_entry(&mut outcomes, &mut by_gtid, &txid)? {
+                    bytes = bytes.saturating_sub(freed);
                 }
                 gone += 1;
             }
@@ -399,6 +488,16 @@ impl OutcomeStore {
             }
         }
         Ok(page)
+    }
+
+    /// Makes the index look as one written before `by_gtid` existed (the upgrade test).
+    #[cfg(test)]
+    pub(crate) fn forget_attempt_table(&self) -> Result<(), OutcomeError> {
+        self.write("forget by_gtid", |tx| {
+            tx.delete_table(BY_GTID)?;
+            tx.open_table(META)?.remove(META_BY_GTID_BUILT)?;
+            Ok(())
+        })
     }
 
     /// The numbers for metrics and `/readyz`.

@@ -187,3 +187,93 @@ fn a_corrupt_file_is_refused_with_its_name() {
     assert!(err.contains("outcomes.redb"), "{err}");
     assert!(err.contains("will not start"), "{err}");
 }
+
+fn gtid_of(r: &Retained) -> protocol::GlobalTxId {
+    r.decision.attempt.gtid.clone()
+}
+
+#[test]
+fn an_attempt_is_found_by_its_own_id_whatever_id_asks_until_it_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, u64::MAX);
+    let a = ended("a", 1, Decision::Commit, 1_000);
+    let b = ended("b", 2, Decision::Abort, 2_000);
+    store.archive(&[a.clone(), b.clone()], 2_000, DAY).unwrap();
+    assert_eq!(
+        store.get_attempt(&gtid_of(&a), 3_000, DAY).unwrap(),
+        Some(a.clone())
+    );
+    assert_eq!(
+        store.get_attempt(&gtid_of(&b), 3_000, DAY).unwrap(),
+        Some(b.clone())
+    );
+    // A later attempt of "a" replaces the first: the first's attempt id no longer maps.
+    let a2 = ended("a", 3, Decision::Abort, 3_000);
+    store
+        .archive(std::slice::from_ref(&a2), 3_000, DAY)
+        .unwrap();
+    assert_eq!(store.get_attempt(&gtid_of(&a), 4_000, DAY).unwrap(), None);
+    assert_eq!(
+        store.get_attempt(&gtid_of(&a2), 4_000, DAY).unwrap(),
+        Some(a2.clone())
+    );
+    // Outside the window it is absent, and expiry removes the mapping with the entry.
+    assert_eq!(
+        store.get_attempt(&gtid_of(&b), 2_000 + DAY, DAY).unwrap(),
+        None
+    );
+    store.expire(2_000 + DAY, DAY).unwrap();
+    assert_eq!(store.get_attempt(&gtid_of(&b), 3_000, DAY).unwrap(), None);
+    assert_eq!(
+        store.get_attempt(&gtid_of(&a2), 4_000, DAY).unwrap(),
+        Some(a2)
+    );
+}
+
+#[test]
+fn an_index_written_before_the_attempt_table_gets_it_built_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch: Vec<Retained> = (0..20)
+        .map(|i| ended(&format!("t{i}"), i + 1, Decision::Commit, 100 * i))
+        .collect();
+    let bytes = {
+        let store = open(&dir, u64::MAX);
+        store.archive(&batch, 0, DAY).unwrap();
+        let bytes = store.stats(0, DAY).unwrap().logical_bytes;
+        store.forget_attempt_table().unwrap();
+        assert_eq!(
+            store
+                .get_attempt(&gtid_of(&batch[3]), 0, DAY)
+                .ok()
+                .flatten(),
+            None
+        );
+        bytes
+    };
+    let store = open(&dir, u64::MAX);
+    for r in &batch {
+        assert_eq!(
+            store.get_attempt(&gtid_of(r), 5_000, DAY).unwrap().as_ref(),
+            Some(r)
+        );
+    }
+    assert_eq!(
+        store.stats(0, DAY).unwrap().logical_bytes,
+        bytes,
+        "the budget is counted again"
+    );
+}
+
+#[test]
+fn budget_eviction_removes_the_attempt_mapping_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = ended("first", 1, Decision::Commit, 0);
+    let store = open(&dir, 1);
+    store.archive(std::slice::from_ref(&first), 0, DAY).unwrap();
+    assert_eq!(
+        store.get(&id("first"), 0, DAY).unwrap(),
+        None,
+        "over budget: evicted"
+    );
+    assert_eq!(store.get_attempt(&gtid_of(&first), 0, DAY).unwrap(), None);
+}

@@ -77,7 +77,7 @@ impl Core {
             leases: self.leases(),
             now_ms: now,
             coordinator_id: self.identity.coordinator_id.clone(),
-            epoch: self.identity.epoch,
+            epoch: self.epoch(),
             log_behind: self.log_behind(),
             live,
             live_total,

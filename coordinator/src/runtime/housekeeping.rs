@@ -32,7 +32,12 @@ impl Core {
                 now_ms: now_ms(),
                 retention_ms: self.config.retention_ms,
             });
-            let mut snapshot = engine.snapshot(self.identity.clone());
+            let mut snapshot = engine.snapshot(
+                engine
+                    .identity()
+                    .cloned()
+                    .unwrap_or_else(|| self.identity()),
+            );
             // Under both locks (2PC engine first): the copy matches the records before it.
             snapshot.sagas = self.sagas.lock().snapshot();
             // Both locks held (engine first) until the checkpoint is submitted: the copy

@@ -7,6 +7,7 @@
 //! could undo.
 
 mod cluster;
+mod fencing;
 mod housekeeping;
 mod leases;
 mod operator;
@@ -35,13 +36,16 @@ use wal::{Durability, RecordType, Wal};
 
 use crate::config::Config;
 use crate::engine::view::Gauges;
-use crate::engine::{Command, Engine, Event, Reply, WaitFor, WaiterId};
+use crate::engine::{
+    AnswerSource, Command, DecisionAnswer, Engine, Event, Reply, WaitFor, WaiterId,
+};
 use crate::http_client::Endpoint;
 use crate::metrics::Metrics;
 use crate::outcomes::{Cursor, OutcomeError, OutcomeStore};
 use crate::records::{Attempt, EpochRecord, LogRecord, Retained};
 use participants::DeliveryError;
 
+pub use fencing::PROBE_TXID;
 pub use housekeeping::housekeeping;
 pub use operator::{OperatorError, RetryTarget, check_operator};
 pub use sagas::{SagaOutcome, SagaShell};
@@ -61,15 +65,20 @@ pub struct Core {
     waiters: Mutex<HashMap<WaiterId, oneshot::Sender<Reply>>>,
     next_waiter: AtomicU64,
     wal: Wal,
+    /// This run as it started; its epoch may rise since (`epoch`, `runtime::fencing`).
     identity: EpochRecord,
-    participants: BTreeMap<ParticipantName, Endpoint>,
+    /// The epoch every message carries now: `identity.epoch`, or a raise of it once durable.
+    epoch: AtomicU64,
+    /// Shared, so a task that outlives no core (the epoch probe) can hold its peer alone.
+    participants: BTreeMap<ParticipantName, Arc<Endpoint>>,
     config: Config,
     metrics: Arc<Metrics>,
     /// Set while recovery issues its resends (for the `coordinator::during_recovery` point).
     recovering: AtomicBool,
     /// Mirrors `Engine::behind` so the hot path checks a flag, not the engine lock. Once set
-    /// (by evidence from participants, or from the log at start) it is never cleared: new work
-    /// is refused; decisions already in the log are still delivered and answered.
+    /// (by evidence from participants, or from the log at start) only an operator's audited
+    /// clear lifts it: new work is refused; decisions already in the log are still delivered
+    /// and answered.
     behind: AtomicBool,
     /// Ended outcomes for the whole retention window (the engine stages only the archiver's
     /// lag).
@@ -118,8 +127,17 @@ impl Core {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn identity(&self) -> &EpochRecord {
-        &self.identity
+    /// This run, at the epoch its messages carry now.
+    pub fn identity(&self) -> EpochRecord {
+        EpochRecord {
+            epoch: self.epoch(),
+            ..self.identity.clone()
+        }
+    }
+
+    /// The epoch messages carry now.
+    pub fn epoch(&self) -> protocol::Epoch {
+        protocol::Epoch(self.epoch.load(Ordering::Acquire))
     }
 
     pub fn config(&self) -> &Config {
@@ -145,39 +163,6 @@ impl Core {
             return None;
         }
         self.lock_engine().behind().map(|b| b.evidence.clone())
-    }
-
-    /// Records proof that this log is behind what a participant saw (durably, the first time),
-    /// and says so loudly. From here on new transactions are refused (503 `log_behind`) and
-    /// `/readyz` is 503, across restarts: the safe procedures are in docs/operations.md
-    /// ("Restores and rolled-back logs").
-    pub fn note_behind(&self, evidence: String) {
-        let first = {
-            let mut engine = self.lock_engine();
-            let record = engine.note_behind(evidence.clone(), now_ms());
-            if let Some(record) = &record {
-                // Submitted under the lock like every append; nobody waits on it: losing it in
-                // a crash only means learning it again.
-                drop(self.wal.submit(
-                    RecordType(record.record_type()),
-                    record.encode(),
-                    Durability::Forced,
-                ));
-            }
-            record.is_some()
-        };
-        self.behind.store(true, Ordering::Relaxed);
-        self.metrics.log_behind.store(1, Ordering::Relaxed);
-        if !first {
-            // Said at error level once per run (and at every start); more evidence is detail.
-            warn!(evidence = %evidence, "more evidence that this log is behind");
-            return;
-        }
-        error!(coordinator_id = %self.identity.coordinator_id, epoch = %self.identity.epoch,
-               incarnation = %self.identity.incarnation, evidence = %evidence,
-               "LOG BEHIND: participants have seen a run of this coordinator that this log \
-                does not hold (was the data directory restored from a backup?); refusing new \
-                transactions; see docs/operations.md, \"Restores and rolled-back logs\"");
     }
 
     /// Starts (or joins) a transaction and waits for the answer the request asked for.
@@ -343,34 +328,39 @@ impl Core {
         query: Option<&DecisionQuery>,
     ) -> DecisionQueryResponse {
         let mut answer = self.lock_engine().decision_for(txid, query);
-        // Not answered from a record (presumed or unknown): the outcome may be in the index,
-        // archived after the engine let go of it. Engine first, then the index, as in `status`.
-        let from_record = matches!(
-            answer.decision,
-            DecisionStatus::Commit | DecisionStatus::Abort
-        ) && answer.reason.is_none();
-        if let (false, Some(query)) = (from_record, query) {
-            match self.outcomes.get(txid, now_ms(), self.config.retention_ms) {
-                Ok(Some(retained)) if retained.decision.attempt.gtid == query.gtid => {
-                    answer.decision = retained.decision.decision.into();
-                    answer.reason = None;
-                    answer.behind = None;
+        // Not answered from the engine's own record: the attempt may be in the index, archived
+        // after the engine let go of it, under this id or another. The index outranks a
+        // resolution, a presumption and an `unknown`; an attempt leaves staging only once the
+        // index holds it, so nothing falls between the two lookups.
+        if let (false, Some(query)) = (answer.source == AnswerSource::Record, query) {
+            match self
+                .outcomes
+                .get_attempt(&query.gtid, now_ms(), self.config.retention_ms)
+            {
+                Ok(Some(retained)) => {
+                    answer = DecisionAnswer::from_index(
+                        txid,
+                        &retained.decision.txid,
+                        &query.gtid,
+                        retained.decision.decision.into(),
+                    );
                 }
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(e) => {
                     // Presumed abort is only safe if no decision exists: unknown it is.
                     error!(%txid, error = %e, "outcome index lookup failed (decision query)");
-                    answer.decision = DecisionStatus::Unknown;
-                    answer.reason = Some(format!("the outcome index cannot be read: {e}"));
+                    answer =
+                        DecisionAnswer::unknown(format!("the outcome index cannot be read: {e}"));
                 }
             }
         }
-        if let Some(evidence) = answer.behind {
-            self.note_behind(evidence);
+        if answer.unknown_run {
+            self.metrics
+                .unknown_run_queries
+                .fetch_add(1, Ordering::Relaxed);
         }
         match answer.decision {
-            // Only a presumed abort comes with a reason; a recorded one is plain.
-            DecisionStatus::Abort if answer.reason.is_some() => {
+            DecisionStatus::Abort if answer.source == AnswerSource::Presumed => {
                 self.metrics.presumed_aborts.fetch_add(1, Ordering::Relaxed);
             }
             DecisionStatus::Unknown => {
@@ -384,7 +374,7 @@ impl Core {
         DecisionQueryResponse {
             decision: answer.decision,
             coordinator_id: Some(self.identity.coordinator_id.clone()),
-            epoch: Some(self.identity.epoch),
+            epoch: Some(self.epoch()),
             incarnation: Some(self.identity.incarnation),
             reason: answer.reason,
         }
@@ -436,6 +426,7 @@ impl Core {
     /// commands it returned in order.
     fn apply_with(self: &Arc<Self>, step: impl FnOnce(&mut Engine) -> Vec<Command>) {
         let mut decisions = Vec::new();
+        let mut epochs = Vec::new();
         let commands = {
             let mut engine = self.lock_engine();
             let commands = step(&mut engine);
@@ -473,6 +464,23 @@ impl Core {
                         );
                         decisions.push((decision.txid.clone(), decision.decision, ticket));
                     }
+                    Command::AppendForced(record) => {
+                        // Nobody waits on it: losing it in a crash only means learning it again.
+                        drop(self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        ));
+                    }
+                    Command::AppendEpoch(raised) => {
+                        let record = LogRecord::Epoch(raised.clone());
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        );
+                        epochs.push((raised.clone(), ticket));
+                    }
                     Command::SendPrepare { .. }
                     | Command::ArmPrepareDeadline { .. }
                     | Command::SendDecision { .. }
@@ -485,6 +493,9 @@ impl Core {
         };
         for command in commands {
             self.execute(command);
+        }
+        for (raised, ticket) in epochs {
+            tokio::spawn(Arc::clone(self).raise_when_durable(raised, ticket));
         }
         for (txid, decision, ticket) in decisions {
             let core = Arc::clone(self);
@@ -529,7 +540,10 @@ impl Core {
     fn execute(self: &Arc<Self>, command: Command) {
         match command {
             // Submitted while the engine lock was held.
-            Command::AppendLazy(_) | Command::AppendDecision(_) => {}
+            Command::AppendLazy(_)
+            | Command::AppendDecision(_)
+            | Command::AppendForced(_)
+            | Command::AppendEpoch(_) => {}
             Command::Archive(retained) => {
                 if self.archive.send(retained).is_err() {
                     // Only when the archiver is gone (shutting down): the outcome stays staged,
@@ -631,7 +645,7 @@ impl Core {
                     txid: txid.clone(),
                     gtid: attempt.gtid,
                     coordinator_id: self.identity.coordinator_id.clone(),
-                    epoch: self.identity.epoch,
+                    epoch: self.epoch(),
                     incarnation: self.identity.incarnation,
                     position: attempt.position,
                     payload,
@@ -644,8 +658,8 @@ impl Core {
                 let outcome =
                     participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms))
                         .await;
-                if let Some(fenced) = outcome.fenced {
-                    self.note_behind(format!("{participant} refused a prepare: {fenced}"));
+                if let Some(refusal) = outcome.fenced {
+                    self.fenced(&participant, "a prepare", request.epoch, refusal);
                 }
                 (outcome.vote, outcome.reason)
             }
@@ -700,7 +714,7 @@ impl Core {
             txid: txid.clone(),
             gtid,
             coordinator_id: self.identity.coordinator_id.clone(),
-            epoch: self.identity.epoch,
+            epoch: self.epoch(),
             incarnation: self.identity.incarnation,
         }
     }
@@ -719,9 +733,10 @@ impl Core {
                 .phase_two_retries
                 .fetch_add(1, Ordering::Relaxed);
         }
+        let request = self.decision_request(&txid, gtid);
+        let sent_epoch = request.epoch;
         let result = match self.participants.get(&participant) {
             Some(endpoint) => {
-                let request = self.decision_request(&txid, gtid);
                 participants::deliver(
                     endpoint,
                     decision,
@@ -749,15 +764,16 @@ impl Core {
                 });
             }
             Err(e) => {
+                let mut refused = None;
                 match &e {
-                    DeliveryError::StaleEpoch(_) | DeliveryError::IncarnationConflict(_) => {
+                    DeliveryError::Fenced(refusal) => {
                         self.metrics
                             .stale_epoch_answers
                             .fetch_add(1, Ordering::Relaxed);
-                        error!(%txid, %participant, ?decision, attempt, epoch = %self.identity.epoch, error = %e,
+                        error!(%txid, %participant, ?decision, attempt, epoch = %sent_epoch, error = %e,
                             "FENCED: a participant has seen a newer or another run of this coordinator id; \
-                             is another coordinator running on a copy of this data directory? delivery stays pending");
-                        self.note_behind(format!("{participant} refused a {decision:?}: {e}"));
+                             delivery stays pending until this run's epoch is raised past it");
+                        refused = Some(refusal.clone());
                     }
                     DeliveryError::NotPrepared(_) => {
                         error!(%txid, %participant, ?decision, attempt, error = %e,
@@ -772,10 +788,18 @@ impl Core {
                 }
                 self.apply(Event::DeliveryFailed {
                     txid,
-                    participant,
+                    participant: participant.clone(),
                     error: e.to_string(),
                     jitter: fastrand::u64(..),
                 });
+                // After the retry is armed: a raise, once durable, starts it again at once.
+                if let Some(refusal) = refused {
+                    let what = match decision {
+                        Decision::Commit => "a commit",
+                        Decision::Abort => "an abort",
+                    };
+                    self.fenced(&participant, what, sent_epoch, refusal);
+                }
             }
         }
     }

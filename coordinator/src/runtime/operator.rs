@@ -17,7 +17,7 @@ use wal::{Durability, RecordType};
 
 use super::{Core, now_ms};
 use crate::engine::Event;
-use crate::engine::judge::{OwnAnswer, judge};
+use crate::engine::judge::{OwnAnswer, Refusal, attempt_participants, judge};
 use crate::records::LogRecord;
 
 /// How long one participant may take to give its evidence.
@@ -35,7 +35,7 @@ pub enum OperatorError {
     LogFailed(String),
 }
 
-fn rejected(code: ErrorCode, message: impl Into<String>) -> OperatorError {
+pub(super) fn rejected(code: ErrorCode, message: impl Into<String>) -> OperatorError {
     OperatorError::Rejected {
         code,
         message: message.into(),
@@ -67,7 +67,11 @@ pub fn check_operator(operator: &str, reason: &str) -> Result<(), OperatorError>
 struct Gathered {
     evidence: Evidence,
     own: OwnAnswer,
-    named: Option<Vec<ParticipantName>>,
+    /// The attempt's participants as the attempt itself says (`judge::attempt_participants`),
+    /// or why the evidence contradicts itself or the operator's list.
+    named: Result<Option<Vec<ParticipantName>>, Refusal>,
+    /// Why the attempt cannot be claimed under the request's id at all.
+    claim: Option<Refusal>,
 }
 
 /// What a retry is for.
@@ -96,7 +100,7 @@ impl Core {
             if let Some(unknown) = named.iter().find(|p| !self.knows_participant(p)) {
                 return Err(rejected(
                     ErrorCode::UnknownParticipant,
-                    format!("participant {unknown:?} is not in this coordinator's configuration"),
+                    format!("participant {unknown} is not in this coordinator's configuration"),
                 ));
             }
         }
@@ -105,16 +109,22 @@ impl Core {
             evidence,
             own,
             named,
+            claim,
         } = self
             .gather(&txid, request.gtid.clone(), request.participants.clone())
             .await?;
         let gtid = evidence.gtid.clone();
-        if let Err(refusal) = judge(
-            request.decision,
-            &own,
-            named.as_deref(),
-            &evidence.participants,
-        ) {
+        let ruling = match (claim, named) {
+            (Some(refusal), _) | (None, Err(refusal)) => Err(refusal),
+            (None, Ok(named)) => judge(
+                request.decision,
+                &txid,
+                &own,
+                named.as_deref(),
+                &evidence.participants,
+            ),
+        };
+        if let Err(refusal) = ruling {
             warn!(%txid, %gtid, operator = %request.operator, code = %refusal.code,
                   why = %refusal.message, "resolve refused");
             return Err(OperatorError::Refused(Box::new(RefusalBody {
@@ -163,7 +173,7 @@ impl Core {
                 if !self.knows_participant(name) {
                     return Err(rejected(
                         ErrorCode::NotFound,
-                        format!("participant {name:?} is not in this coordinator's configuration"),
+                        format!("participant \"{name}\" is not in this coordinator's configuration"),
                     ));
                 }
                 Event::RetryNow {
@@ -238,26 +248,49 @@ impl Core {
                     format!("the outcome index cannot be read: {e}"),
                 )
             })?;
-        let from_log = self.lock_engine().attempt_of(txid).or_else(|| {
+        let resolved = self.lock_engine().resolved_gtid_of(txid);
+        let logged = self.lock_engine().attempt_of(txid).or_else(|| {
             archived.as_ref().map(|r| {
                 let named = r.decision.votes.iter().map(|(p, _)| p.clone()).collect();
                 (r.decision.attempt.gtid.clone(), named)
             })
         });
-        let resolved = self.lock_engine().resolved_gtid_of(txid);
-        let gtid = match (gtid, &from_log, resolved) {
+        let gtid = match (gtid, &logged, resolved) {
             (Some(gtid), _, _) => gtid,
             (None, Some((gtid, _)), _) => gtid.clone(),
             (None, None, Some(gtid)) => gtid,
             (None, None, None) => self.attempt_held_for(txid).await?,
         };
-        let named = match &from_log {
-            Some((logged, named)) if *logged == gtid => Some(named.clone()),
-            _ => named_by_operator,
+        // The attempt itself, whatever id the request names: the index knows it by its own id.
+        let indexed = self
+            .outcomes
+            .get_attempt(&gtid, now_ms(), self.config.retention_ms)
+            .map_err(|e| {
+                rejected(
+                    ErrorCode::NotReady,
+                    format!("the outcome index cannot be read: {e}"),
+                )
+            })?;
+        let claim = self.lock_engine().claim_refusal(
+            txid,
+            &gtid,
+            indexed.as_ref().map(|r| &r.decision.txid),
+        );
+        let from_log = match (&logged, &indexed) {
+            (Some((held, named)), _) if *held == gtid => Some(named.clone()),
+            (_, Some(r)) if r.decision.txid == *txid => {
+                Some(r.decision.votes.iter().map(|(p, _)| p.clone()).collect())
+            }
+            _ => None,
         };
         let participants = self.evidence_for(&gtid).await;
-        let own = match &archived {
-            Some(r) if r.decision.attempt.gtid == gtid => OwnAnswer::Decided(r.decision.decision),
+        let named = attempt_participants(
+            from_log.as_deref(),
+            named_by_operator.as_deref(),
+            &participants,
+        );
+        let own = match &indexed {
+            Some(r) if r.decision.txid == *txid => OwnAnswer::Decided(r.decision.decision),
             _ => self.lock_engine().own_answer(txid, &gtid),
         };
         Ok(Gathered {
@@ -265,11 +298,12 @@ impl Core {
                 id: txid.clone(),
                 gtid,
                 coordinator: describe(&own),
-                named: named.clone(),
+                named: named.as_ref().ok().cloned().flatten(),
                 participants,
             },
             own,
             named,
+            claim,
         })
     }
 
@@ -450,7 +484,7 @@ impl Core {
     }
 
     /// Logs the audit record (forced), waits until it is durable, then applies it.
-    async fn log_audit(
+    pub(super) async fn log_audit(
         self: &Arc<Self>,
         operator: String,
         reason: String,

@@ -7,8 +7,8 @@ use protocol::limits::REASON_LEN_MAX;
 
 use crate::http_client::{Answer, CallError, Endpoint};
 use protocol::{
-    AckResponse, Decision, DecisionRequest, ErrorBody, ErrorCode, PrepareRequest, Vote, VoteKind,
-    routes,
+    AckResponse, Decision, DecisionRequest, Epoch, ErrorBody, ErrorCode, PrepareRequest, Vote,
+    VoteKind, routes,
 };
 
 /// Why a phase-two delivery did not produce an acknowledgement. Every one of them means "try
@@ -17,10 +17,10 @@ use protocol::{
 pub enum DeliveryError {
     #[error("no answer: {0}")]
     Transport(String),
-    #[error("participant says our epoch is stale: {0}")]
-    StaleEpoch(String),
-    #[error("participant says another run of this coordinator already had our epoch: {0}")]
-    IncarnationConflict(String),
+    /// `stale_epoch` or `incarnation_conflict`: another run of this coordinator id reached
+    /// further than this log knows.
+    #[error("participant fenced this run out: {0}")]
+    Fenced(FenceRefusal),
     #[error("participant never prepared this transaction (not_prepared): {0}")]
     NotPrepared(String),
     #[error("HTTP {status}: {body}")]
@@ -41,9 +41,24 @@ pub fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
+/// A participant's refusal of a message this run sent that fences this run out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceRefusal {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The highest epoch the participant holds for this coordinator id, when it says.
+    pub highest: Option<Epoch>,
+}
+
+impl std::fmt::Display for FenceRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
 /// A participant's answer that fences this coordinator out (`stale_epoch`,
-/// `incarnation_conflict`): proof that this run's log is behind what that participant saw.
-pub fn fenced(status: u16, body: &[u8]) -> Option<String> {
+/// `incarnation_conflict`): proof that another run of this id reached further than this log.
+pub fn fenced(status: u16, body: &[u8]) -> Option<FenceRefusal> {
     if status == 200 {
         return None;
     }
@@ -54,7 +69,11 @@ pub fn fenced(status: u16, body: &[u8]) -> Option<String> {
                 ErrorCode::StaleEpoch | ErrorCode::IncarnationConflict
             ) =>
         {
-            Some(format!("{}: {}", error.error, error.message))
+            Some(FenceRefusal {
+                code: error.error,
+                message: truncate(error.message, REASON_LEN_MAX),
+                highest: error.highest_epoch,
+            })
         }
         Ok(_) | Err(_) => None,
     }
@@ -66,7 +85,7 @@ pub struct PrepareOutcome {
     pub vote: VoteKind,
     pub reason: Option<String>,
     /// Set when the participant fenced this run out (see [`fenced`]).
-    pub fenced: Option<String>,
+    pub fenced: Option<FenceRefusal>,
 }
 
 /// Sends a prepare and turns whatever comes back into a vote. Only a 200 with a well-formed
@@ -156,13 +175,10 @@ pub async fn deliver(
             Err(e) => Err(DeliveryError::Malformed(format!("{e}: {}", text()))),
         };
     }
+    if let Some(refusal) = fenced(status, &body) {
+        return Err(DeliveryError::Fenced(refusal));
+    }
     match serde_json::from_slice::<ErrorBody>(&body) {
-        Ok(error) if error.error == ErrorCode::StaleEpoch => {
-            Err(DeliveryError::StaleEpoch(error.message))
-        }
-        Ok(error) if error.error == ErrorCode::IncarnationConflict => {
-            Err(DeliveryError::IncarnationConflict(error.message))
-        }
         Ok(error) if error.error == ErrorCode::NotPrepared => {
             Err(DeliveryError::NotPrepared(error.message))
         }
@@ -176,6 +192,27 @@ pub async fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_fencing_refusals_fence_and_they_carry_the_highest_epoch() {
+        let body = |e: ErrorBody| serde_json::to_vec(&e).unwrap();
+        let stale = body(ErrorBody::new(ErrorCode::StaleEpoch, "old").with_highest_epoch(Epoch(9)));
+        assert_eq!(
+            fenced(409, &stale),
+            Some(FenceRefusal {
+                code: ErrorCode::StaleEpoch,
+                message: "old".into(),
+                highest: Some(Epoch(9))
+            })
+        );
+        let conflict = body(ErrorBody::new(ErrorCode::IncarnationConflict, "claimed"));
+        assert_eq!(fenced(409, &conflict).and_then(|f| f.highest), None);
+        assert!(fenced(409, &conflict).is_some());
+        assert_eq!(fenced(200, &stale), None, "a 200 is never a refusal");
+        let other = body(ErrorBody::new(ErrorCode::NotPrepared, "no"));
+        assert_eq!(fenced(409, &other), None);
+        assert_eq!(fenced(409, b"not json"), None);
+    }
 
     #[test]
     fn truncate_respects_char_boundaries() {

@@ -288,7 +288,7 @@ impl Core {
                         step: step_name,
                         op_id,
                         coordinator_id: core.identity.coordinator_id.clone(),
-                        epoch: core.identity.epoch,
+                        epoch: core.epoch(),
                         payload,
                     };
                     let outcome = core.send_op(&participant, kind, &request, timeout_ms).await;

@@ -202,7 +202,7 @@ pub async fn recover_on(
             if let Some(tls) = &config.tls.client {
                 endpoint = endpoint.with_tls(Arc::clone(tls));
             }
-            Ok((name.clone(), endpoint))
+            Ok((name.clone(), Arc::new(endpoint)))
         })
         .collect::<Result<_, BadBaseUrl>>()
         .map_err(StartError::ParticipantUrl)?;
@@ -212,6 +212,7 @@ pub async fn recover_on(
         waiters: Mutex::new(HashMap::new()),
         next_waiter: AtomicU64::new(1),
         wal,
+        epoch: AtomicU64::new(identity.epoch.0),
         identity,
         participants,
         config: config.clone(),
@@ -241,6 +242,8 @@ pub async fn recover_on(
         identity: core.identity.clone(),
     });
     core.recovering.store(false, Ordering::Relaxed);
+    // Whether a run this log does not hold passed this one (a restore) shows in the answers.
+    core.probe_epochs();
     // Every live saga resumes where its log says: unknown steps are asked about first.
     core.apply_saga(SagaEvent::Recovered { now_ms: now_ms() });
     Ok(core)

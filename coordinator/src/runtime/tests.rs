@@ -25,17 +25,20 @@ use crate::runtime::{Core, NewTransaction, recover_on};
 
 type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
 
-/// The answers a stub participant gives: to prepares, and to commits and aborts.
+/// The answers a stub participant gives: to prepares, commits and aborts (the epoch probe at
+/// start is an abort).
 #[derive(Debug, Clone)]
 struct Answers {
     prepare: (StatusCode, Value),
-    decision: (StatusCode, Value),
+    commit: (StatusCode, Value),
+    abort: (StatusCode, Value),
 }
 
 fn cooperative() -> Answers {
     Answers {
         prepare: (StatusCode::OK, json!({"vote": "yes"})),
-        decision: (StatusCode::OK, json!({"ack": true})),
+        commit: (StatusCode::OK, json!({"ack": true})),
+        abort: (StatusCode::OK, json!({"ack": true})),
     }
 }
 
@@ -43,15 +46,19 @@ fn cooperative() -> Answers {
 async fn participant(log: Log, answers: Answers) -> String {
     let on = |route: &'static str, (status, answer): (StatusCode, Value)| {
         let log = Arc::clone(&log);
-        post(move || async move {
+        post(move |body: axum::body::Bytes| async move {
+            // The epoch probe at start is an abort too; tests count transactions' messages.
+            let probe = serde_json::from_slice::<Value>(&body)
+                .is_ok_and(|b| b["txid"] == crate::runtime::PROBE_TXID);
+            let route = if probe { "probe" } else { route };
             log.lock().unwrap().push((route, Instant::now()));
             (status, axum::Json(answer))
         })
     };
     let app = Router::new()
         .route("/2pc/prepare", on("prepare", answers.prepare))
-        .route("/2pc/commit", on("commit", answers.decision.clone()))
-        .route("/2pc/abort", on("abort", answers.decision));
+        .route("/2pc/commit", on("commit", answers.commit))
+        .route("/2pc/abort", on("abort", answers.abort));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -163,7 +170,13 @@ async fn a_decision_that_never_becomes_durable_is_never_sent() {
     assert!(matches!(reply, Reply::LogFailed { .. }), "{reply:?}");
     // Give a wrongly sent commit every chance to arrive.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let routes: Vec<_> = log.lock().unwrap().iter().map(|(r, _)| *r).collect();
+    let routes: Vec<_> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(r, _)| *r)
+        .filter(|r| *r != "probe")
+        .collect();
     assert_eq!(routes, ["prepare"]);
     assert!(core.is_poisoned());
     let txid = TxId::new("t-bad-disk").unwrap();
@@ -285,7 +298,7 @@ async fn a_presumed_abort_writes_nothing_and_is_given_only_inside_the_logs_span(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_query_naming_a_run_this_log_does_not_hold_sets_log_behind_for_good() {
+async fn a_query_naming_a_run_this_log_does_not_hold_is_counted_never_believed() {
     let (core, storage, _log) = setup().await;
     let config = core.config().clone();
     let lost = Incarnation(core.identity().incarnation.0 ^ 1);
@@ -298,31 +311,130 @@ async fn a_query_naming_a_run_this_log_does_not_hold_sets_log_behind_for_good() 
     };
     let answer = core.decision_query(&TxId::new("t").unwrap(), Some(&query));
     assert_eq!(answer.decision, DecisionStatus::Unknown);
-    let evidence = core.log_behind().expect("the log is behind");
-    assert!(evidence.contains(gtid.as_str()), "{evidence}");
-    assert_eq!(core.metrics().log_behind.load(Ordering::Relaxed), 1);
-    // The first evidence stays: a second proof does not replace it.
-    core.note_behind("later evidence".to_string());
-    assert_eq!(core.log_behind(), Some(evidence.clone()));
-
-    // The proof is in the log: a restart (whose higher epoch participants would accept) still
-    // refuses new work, with the same evidence.
+    assert_eq!(core.log_behind(), None, "a query is a claim, not evidence");
+    assert_eq!(core.metrics().log_behind.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        core.metrics().unknown_run_queries.load(Ordering::Relaxed),
+        1
+    );
+    // New work is taken, and after a restart too.
+    let reply = core.submit(one("after-the-query")).await.unwrap();
+    assert!(matches!(reply, Reply::Outcome(_)), "{reply:?}");
+    // Deliveries in flight hold the core; the process they stand for is gone once they end.
+    until("the core's tasks end", || Arc::strong_count(&core) == 1).await;
     let closing = Arc::clone(&core);
     tokio::task::spawn_blocking(move || closing.close_log())
         .await
         .unwrap();
     storage.crash(wal::sim::Unsynced::Drop);
     storage.reboot();
-    // The process is gone, and with it its hold on the outcome index file.
-    let old_epoch = core.identity().epoch;
     drop(core);
-    let metrics = Arc::new(Metrics::default());
-    let restarted = recover_on(storage.clone(), &config, Arc::clone(&metrics))
+    let restarted = recover_on(storage.clone(), &config, Arc::new(Metrics::default()))
         .await
         .unwrap();
-    assert!(restarted.identity().epoch > old_epoch);
-    assert_eq!(restarted.log_behind(), Some(evidence));
+    assert_eq!(restarted.log_behind(), None);
+    let reply = restarted.submit(one("after-the-restart")).await.unwrap();
+    assert!(matches!(reply, Reply::Outcome(_)), "{reply:?}");
+}
+
+/// A participant that holds epoch `held` of another run of this coordinator id: it refuses
+/// every message below or at it with `stale_epoch` naming that epoch, and takes the rest.
+async fn passed_participant(log: Log, held: u64) -> String {
+    let on = |route: &'static str, yes: Value| {
+        let log = Arc::clone(&log);
+        post(move |axum::Json(body): axum::Json<Value>| async move {
+            log.lock().unwrap().push((route, Instant::now()));
+            let epoch = body["epoch"].as_u64().unwrap_or(0);
+            if epoch <= held {
+                let refusal = json!({
+                    "error": "stale_epoch",
+                    "message": format!("epoch {epoch} is below {held}"),
+                    "highest_epoch": held,
+                });
+                (StatusCode::CONFLICT, axum::Json(refusal))
+            } else {
+                (StatusCode::OK, axum::Json(yes))
+            }
+        })
+    };
+    let app = Router::new()
+        .route("/2pc/prepare", on("prepare", json!({"vote": "yes"})))
+        .route("/2pc/commit", on("commit", json!({"ack": true})))
+        .route("/2pc/abort", on("abort", json!({"ack": true})));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_passed_by_another_raises_its_epoch_by_itself_and_an_operator_clears_the_mark() {
+    let log: Log = Arc::default();
+    let url = passed_participant(Arc::clone(&log), 9).await;
+    let participants: BTreeMap<_, _> = [(ParticipantName::new("inventory").unwrap(), url)].into();
+    let dir = tempfile::tempdir().unwrap().keep();
+    let config = Config::for_tests(dir, participants);
+    let storage = Arc::new(wal::sim::SimStorage::new());
+    let metrics = Arc::new(Metrics::default());
+    let core = recover_on(storage.clone(), &config, Arc::clone(&metrics))
+        .await
+        .unwrap();
+    assert_eq!(core.identity().epoch, Epoch(1));
+    // The probe at start is refused: the mark, and a raise past the participant's epoch 9,
+    // with no restart and nobody's help.
+    until("the raise", || core.identity().epoch == Epoch(10)).await;
+    let evidence = core.log_behind().expect("the refusal is evidence");
+    assert!(
+        evidence.starts_with("inventory: refused the epoch probe sent at epoch 1: stale_epoch"),
+        "{evidence}"
+    );
+    assert_eq!(metrics.epoch_raises.load(Ordering::Relaxed), 1);
     assert_eq!(metrics.log_behind.load(Ordering::Relaxed), 1);
+
+    // An operator who accepts the loss clears the mark (audited); work runs at epoch 10.
+    let cleared = core
+        .clear_behind(protocol::operator::ClearBehindRequest {
+            operator: "alice".into(),
+            reason: "restored from last night's backup; checked".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(cleared.cleared, evidence);
+    assert_eq!(core.log_behind(), None);
+    assert_eq!(metrics.log_behind.load(Ordering::Relaxed), 0);
+    let again = core
+        .clear_behind(protocol::operator::ClearBehindRequest {
+            operator: "alice".into(),
+            reason: "twice".into(),
+        })
+        .await;
+    assert!(again.is_err(), "nothing to clear the second time");
+    let reply = core.submit(one("after-the-clear")).await.unwrap();
+    let Reply::Outcome(response) = reply else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(response.outcome, Outcome::Committed);
+    assert_eq!(
+        metrics.epoch_raises.load(Ordering::Relaxed),
+        1,
+        "one raise sufficed"
+    );
+
+    // A restart starts above the raised epoch, and the clear holds.
+    // Deliveries in flight hold the core; the process they stand for is gone once they end.
+    until("the core's tasks end", || Arc::strong_count(&core) == 1).await;
+    let closing = Arc::clone(&core);
+    tokio::task::spawn_blocking(move || closing.close_log())
+        .await
+        .unwrap();
+    storage.crash(wal::sim::Unsynced::Drop);
+    storage.reboot();
+    drop(core);
+    let restarted = recover_on(storage.clone(), &config, Arc::new(Metrics::default()))
+        .await
+        .unwrap();
+    assert_eq!(restarted.identity().epoch, Epoch(11));
+    assert_eq!(restarted.log_behind(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,7 +454,7 @@ async fn a_participant_that_fences_this_run_out_sets_log_behind() {
                 prepare: refuse("incarnation_conflict"),
                 ..ok.clone()
             },
-            Some("incarnation_conflict: seen run"),
+            Some("refused a prepare sent at epoch 1: incarnation_conflict: seen run"),
         ),
         (
             "a prepare refused with stale_epoch",
@@ -350,25 +462,23 @@ async fn a_participant_that_fences_this_run_out_sets_log_behind() {
                 prepare: refuse("stale_epoch"),
                 ..ok.clone()
             },
-            Some("stale_epoch: seen run"),
+            Some("refused a prepare sent at epoch 1: stale_epoch: seen run"),
         ),
         (
             "a commit refused with stale_epoch",
             Answers {
-                decision: refuse("stale_epoch"),
+                commit: refuse("stale_epoch"),
                 ..ok.clone()
             },
-            Some("Commit: participant says our epoch is stale: seen run"),
+            Some("refused a commit sent at epoch 1: stale_epoch: seen run"),
         ),
         (
             "a commit refused with incarnation_conflict",
             Answers {
-                decision: refuse("incarnation_conflict"),
+                commit: refuse("incarnation_conflict"),
                 ..ok.clone()
             },
-            Some(
-                "Commit: participant says another run of this coordinator already had our epoch: seen run",
-            ),
+            Some("refused a commit sent at epoch 1: incarnation_conflict: seen run"),
         ),
         (
             "a prepare refused with another 409 proves nothing",
@@ -414,7 +524,7 @@ async fn a_participant_that_fences_this_run_out_sets_log_behind() {
                 until(what, || core.log_behind().is_some()).await;
                 let got = core.log_behind().unwrap_or_default();
                 assert!(got.contains(names), "{what}: {got}");
-                assert!(got.starts_with("inventory refused"), "{what}: {got}");
+                assert!(got.starts_with("inventory: refused"), "{what}: {got}");
                 assert_eq!(core.metrics().log_behind.load(Ordering::Relaxed), 1);
             }
             None => {
