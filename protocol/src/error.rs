@@ -89,6 +89,12 @@ pub enum ErrorCode {
     /// Valid credentials of a kind this route does not take (a client token on an operator
     /// route, say).
     Forbidden,
+    /// A state-changing request whose `Origin` is another site's (docs/security.md,
+    /// "Browsers").
+    ForbiddenOrigin,
+    /// A `Host` that is not a loopback name, at a server on a loopback address without tokens
+    /// (DNS rebinding; docs/security.md, "Browsers").
+    ForbiddenHost,
     /// Too many requests of this kind from this caller; try again later.
     RateLimited,
     /// An epoch more than the allowed jump above the highest this participant holds, from a
@@ -136,6 +142,8 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
+            ErrorCode::ForbiddenOrigin => 403,
+            ErrorCode::ForbiddenHost => 403,
             ErrorCode::RateLimited => 429,
             ErrorCode::EpochTooHigh => 409,
         }
@@ -180,6 +188,8 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::ForbiddenOrigin => "forbidden_origin",
+            ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EpochTooHigh => "epoch_too_high",
         }
@@ -248,6 +258,11 @@ mod tests {
             ErrorCode::IncarnationConflict,
             ErrorCode::LogBehind,
             ErrorCode::Overloaded,
+            ErrorCode::NotInDoubt,
+            ErrorCode::ContradictsEvidence,
+            ErrorCode::InsufficientEvidence,
+            ErrorCode::NotPending,
+            ErrorCode::InvalidOperator,
             ErrorCode::LeaseHeld,
             ErrorCode::LeaseLost,
             ErrorCode::InvalidTtl,
@@ -258,6 +273,8 @@ mod tests {
             ErrorCode::Internal,
             ErrorCode::Unauthorized,
             ErrorCode::Forbidden,
+            ErrorCode::ForbiddenOrigin,
+            ErrorCode::ForbiddenHost,
             ErrorCode::RateLimited,
             ErrorCode::EpochTooHigh,
         ];
