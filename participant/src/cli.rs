@@ -211,6 +211,7 @@ impl Args {
         }
         let mut config = ParticipantConfig::new(data_dir);
         config.keys = self.auth.keys(self.listen)?;
+        config.loopback_listen = self.listen.ip().is_loopback();
         config.coordinator_url = self.coordinator.clone();
         config.coordinator_tls = self.tls.coordinator(self.coordinator.as_deref())?;
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
