@@ -20,6 +20,8 @@ mod tests_auth;
 #[cfg(test)]
 mod tests_contract;
 #[cfg(test)]
+mod tests_cross_site;
+#[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
 mod tests_openapi;
