@@ -1,7 +1,8 @@
 //! The one place the `twopc` command builds its HTTP clients (ctl, lease-worker, audit, bench,
 //! demo): the `--token-file` flag they share and the client that sends its token on every
 //! request, and `--tls-ca`, the only CA whose certificates an `https://` server may show. Every
-//! client follows the outbound policy of `net::outbound`: no redirects, bounded connect time.
+//! client follows the outbound policy of `net::outbound`: no redirects, bounded connect time,
+//! and no proxy from the environment.
 //!
 //! This module must never print or log a token; errors name the file and line, not its text.
 
@@ -65,10 +66,13 @@ pub fn builder(args: &ClientArgs) -> Result<reqwest::ClientBuilder> {
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }
+    // No proxy from HTTP_PROXY/HTTPS_PROXY/ALL_PROXY: the bearer token would go to whoever
+    // runs it (over plain HTTP, readable), and these commands talk to servers named outright.
     let builder = reqwest::Client::builder()
         .default_headers(headers)
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(net::outbound::CONNECT_TIMEOUT);
+        .connect_timeout(net::outbound::CONNECT_TIMEOUT)
+        .no_proxy();
     Ok(net::outbound::with_tls(builder, args.tls()?)?)
 }
 

@@ -11,6 +11,8 @@ use protocol::operator::{AuditAction, AuditList, Evidence, RefusalBody, ResolveR
 use protocol::{Decision, ErrorBody, TransactionList, TransactionStatus};
 use serde_json::{Value, json};
 
+use crate::printable::{printable as p, printable_json, printable_lines};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The coordinator's base URL.
@@ -146,7 +148,8 @@ pub fn main(args: Args) -> ExitCode {
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failed { code, message }) => {
-            eprintln!("twopc ctl: {message}");
+            // The message may quote the server (its error text): escaped as a whole.
+            eprintln!("twopc ctl: {}", printable_lines(&message));
             ExitCode::from(code)
         }
     }
@@ -330,12 +333,12 @@ async fn run(args: Args) -> Result<(), Failed> {
                     let says = match (&step.participant_says, &step.error) {
                         (Some(status), _) => format!("{status:?}").to_lowercase(),
                         (None, error) => {
-                            format!("not asked: {}", error.as_deref().unwrap_or("no answer"))
+                            format!("not asked: {}", p(error.as_deref().unwrap_or("no answer")))
                         }
                     };
                     out.push_str(&format!(
                         "  {:<16} {:<16} log: {:<22} participant: {says}\n",
-                        step.name,
+                        p(&step.name),
                         step.participant.as_str(),
                         format!("{:?}", step.coordinator_says)
                     ));
@@ -353,7 +356,7 @@ async fn run(args: Args) -> Result<(), Failed> {
                     view.epoch,
                     view.log_behind
                         .as_deref()
-                        .map(|e| format!(" LOG BEHIND: {e}"))
+                        .map(|e| format!(" LOG BEHIND: {}", p(e)))
                         .unwrap_or_default(),
                     view.live_total,
                     view.live.len()
@@ -368,7 +371,7 @@ async fn run(args: Args) -> Result<(), Failed> {
                         out.push_str(&format!(
                             "  {:<16} UNREACHABLE: {}\n",
                             p.name.as_str(),
-                            p.error.as_deref().unwrap_or("")
+                            crate::printable::printable(p.error.as_deref().unwrap_or(""))
                         ));
                     }
                     for d in &p.in_doubt {
@@ -382,7 +385,10 @@ async fn run(args: Args) -> Result<(), Failed> {
                             d.age_ms / 1000,
                             d.last_answer
                                 .as_deref()
-                                .map(|a| format!(", last answer: {a}"))
+                                .map(|a| format!(
+                                    ", last answer: {}",
+                                    crate::printable::printable(a)
+                                ))
                                 .unwrap_or_default()
                         ));
                     }
@@ -406,8 +412,8 @@ async fn run(args: Args) -> Result<(), Failed> {
                 for lease in &list.leases {
                     out.push_str(&format!(
                         "{:<32} {:<24} {:>8} {:>9}s\n",
-                        lease.name,
-                        lease.holder,
+                        p(&lease.name),
+                        p(&lease.holder),
                         lease.token,
                         lease.expires_in_ms.unwrap_or(0) / 1000
                     ));
@@ -475,13 +481,13 @@ impl Call {
             format!(
                 "{}: {}\n{}",
                 refusal.error,
-                refusal.message,
+                p(&refusal.message),
                 evidence_text(&refusal.evidence)
             )
         } else if let Ok(error) = serde_json::from_value::<ErrorBody>(body.clone()) {
-            format!("{}: {}", error.error, error.message)
+            format!("{}: {}", error.error, p(&error.message))
         } else {
-            format!("HTTP {status}: {body}")
+            format!("HTTP {status}: {}", printable_json(&body.to_string()))
         };
         Err(Failed { code: 1, message })
     }
@@ -492,14 +498,15 @@ impl Call {
         readable: impl FnOnce(&Value) -> serde_json::Result<String>,
     ) -> Result<(), Failed> {
         if self.json {
-            println!("{body}");
+            println!("{}", printable_json(&body.to_string()));
             return Ok(());
         }
         let text = readable(body).map_err(|e| Failed {
             code: 1,
             message: format!("unexpected answer shape ({e}): {body}"),
         })?;
-        print!("{text}");
+        // Each peer-supplied field was escaped where it was laid out; this catches any other.
+        print!("{}", printable_lines(&text));
         Ok(())
     }
 }
@@ -528,7 +535,7 @@ fn list_text(list: &TransactionList) -> String {
                     p.attempts,
                     p.last_error
                         .as_deref()
-                        .map(|e| format!(", last error: {e}"))
+                        .map(|e| format!(", last error: {}", crate::printable::printable(e)))
                         .unwrap_or_default()
                 )
             })
@@ -553,7 +560,7 @@ fn status_text(status: &TransactionStatus) -> String {
         status
             .reason
             .as_deref()
-            .map(|r| format!(", {r}"))
+            .map(|r| format!(", {}", p(r)))
             .unwrap_or_default()
     );
     for p in &status.participants {
@@ -566,7 +573,7 @@ fn status_text(status: &TransactionStatus) -> String {
             p.attempts,
             p.last_error
                 .as_deref()
-                .map(|e| format!(", last error: {e}"))
+                .map(|e| format!(", last error: {}", crate::printable::printable(e)))
                 .unwrap_or_default()
         ));
     }
@@ -596,7 +603,10 @@ fn evidence_text(evidence: &Evidence) -> String {
                     .unwrap_or_default();
                 format!("{}{since}", format!("{state:?}").to_lowercase())
             }
-            (None, error) => format!("not asked: {}", error.as_deref().unwrap_or("no answer")),
+            (None, error) => format!(
+                "not asked: {}",
+                crate::printable::printable(error.as_deref().unwrap_or("no answer"))
+            ),
         };
         out.push_str(&format!("  {:<16} {said}\n", p.participant.as_str()));
     }
@@ -613,26 +623,28 @@ fn sagas_text(list: &protocol::saga::SagaList) -> String {
             saga.age_ms / 1000,
             saga.reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", p(r)))
                 .unwrap_or_default(),
             saga.resolved_by_hand
                 .as_ref()
                 .map(|h| format!(
                     " [settled by hand by {} (audit #{}): {}]",
-                    h.operator, h.audit_seq, h.reason
+                    p(&h.operator),
+                    h.audit_seq,
+                    p(&h.reason)
                 ))
                 .unwrap_or_default()
         ));
         for step in &saga.steps {
             out.push_str(&format!(
                 "  {:<16} {:<16} {:?} attempts {}{}\n",
-                step.name,
+                p(&step.name),
                 step.participant.as_str(),
                 step.status,
                 step.attempts,
                 step.last_error
                     .as_deref()
-                    .map(|e| format!(", last error: {e}"))
+                    .map(|e| format!(", last error: {}", p(e)))
                     .unwrap_or_default()
             ));
         }
@@ -665,7 +677,10 @@ fn audit_text(list: &AuditList) -> String {
         };
         out.push_str(&format!(
             "#{} at {} ms by {}: {what} ({})\n",
-            entry.seq, entry.at_ms, entry.operator, entry.reason
+            entry.seq,
+            entry.at_ms,
+            p(&entry.operator),
+            p(&entry.reason)
         ));
     }
     if list.audit.is_empty() {

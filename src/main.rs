@@ -9,6 +9,7 @@ mod demo;
 mod latency;
 mod lease_worker;
 mod metrics_text;
+mod printable;
 mod saga_cmd;
 mod target;
 mod tokens_cmd;

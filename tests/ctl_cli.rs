@@ -38,3 +38,74 @@ fn bad_usage_is_exit_code_2() {
         "a retry names a transaction or a participant: {stderr}"
     );
 }
+
+/// A server answering one request with `answer` (a whole HTTP response); it hands back whether
+/// a request came.
+fn one_answer_server(answer: String) -> (String, std::thread::JoinHandle<bool>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(_) => return false,
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        let mut received = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !received.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+        let _ = stream.write_all(answer.as_bytes());
+        true
+    });
+    (url, served)
+}
+
+#[test]
+fn ctl_ignores_proxy_variables_and_escapes_what_the_server_says() {
+    // ESC [2J (clear the screen), CSI as one C1 byte, and a right-to-left override.
+    let body = r#"{"error":"not_found","message":"gone\u001b[2J\u009b31m\u202eevil"}"#;
+    let answer = format!(
+        "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (coordinator, target) = one_answer_server(answer.clone());
+    let (proxy, proxied) = one_answer_server(answer);
+    let output = Command::new(env!("CARGO_BIN_EXE_twopc"))
+        .args(["ctl", "--coordinator", &coordinator, "audit"])
+        .env_remove("TWOPC_COORDINATOR")
+        .env("HTTP_PROXY", &proxy)
+        .env("http_proxy", &proxy)
+        .env("ALL_PROXY", &proxy)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .expect("running twopc ctl");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        target.join().unwrap(),
+        "the coordinator was not asked: {stderr}"
+    );
+    assert!(!proxied.join().unwrap(), "the request went to the proxy");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not_found: gone\\u{1b}[2J\\u{9b}31m\\u{202e}evil"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(['\u{1b}', '\u{9b}', '\u{202e}']),
+        "raw control characters reached the terminal: {stderr:?}"
+    );
+}

@@ -136,7 +136,9 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         source,
     })?;
     let metrics = Arc::new(Metrics::default());
-    let state = AppState::new(Arc::clone(&metrics)).with_keys(config.keys.clone());
+    let state = AppState::new(Arc::clone(&metrics))
+        .with_keys(config.keys.clone())
+        .with_loopback_listen(config.listen.ip().is_loopback());
     let reloader = tokio::spawn(reload_tokens_on_sighup(
         config.token_files.clone(),
         config.keys.clone(),
@@ -183,10 +185,11 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
 
 /// Rereads the token files on every SIGHUP and puts the new set in force whole; a file that
 /// does not read or check keeps the old set (and says why). Tokens never reach the log.
+///
+/// The handler is installed even with no token files: SIGHUP's default action ends the
+/// process, and an operator's reflexive `kill -HUP` (or a log rotator's) must not stop a
+/// coordinator. Then it only says there is nothing to reload.
 async fn reload_tokens_on_sighup(files: protocol::auth::TokenFiles, keys: protocol::auth::KeyRing) {
-    if !files.any() {
-        return;
-    }
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -198,6 +201,10 @@ async fn reload_tokens_on_sighup(files: protocol::auth::TokenFiles, keys: protoc
             }
         };
         while hangups.recv().await.is_some() {
+            if !files.any() {
+                info!("SIGHUP: no token files are given; nothing to reload");
+                continue;
+            }
             match files.load(|path| std::fs::read_to_string(path)) {
                 Ok(loaded) => {
                     info!(tokens = ?loaded, "SIGHUP: token files reloaded");

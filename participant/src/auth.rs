@@ -46,9 +46,21 @@ pub fn access(path: &str) -> Option<Access> {
     })
 }
 
-/// Checks every route of `router` (those added so far) against `keys`.
-pub fn protect(router: Router, keys: KeyRing) -> Router {
-    router.route_layer(axum::middleware::from_fn_with_state(keys, check))
+/// Checks every route of `router` (those added so far) against `keys`, and first against the
+/// cross-site rules (`crate::cross_site`); `loopback_listen`: the listener is a loopback
+/// address.
+pub fn protect(router: Router, keys: KeyRing, loopback_listen: bool) -> Router {
+    let served = crate::cross_site::Served {
+        keys: keys.clone(),
+        loopback_listen,
+    };
+    router
+        .route_layer(axum::middleware::from_fn_with_state(keys, check))
+        // Outermost: a cross-site request is refused whoever's token it carries.
+        .route_layer(axum::middleware::from_fn_with_state(
+            served,
+            crate::cross_site::check,
+        ))
 }
 
 async fn check(State(keys): State<KeyRing>, request: Request, next: Next) -> Response {
@@ -97,10 +109,11 @@ pub fn load(files: &TokenFiles) -> Result<KeyRing, String> {
 
 /// Rereads the token files on every SIGHUP and puts the new set in force whole; a file that
 /// does not read or check keeps the old set (and says why).
+///
+/// Installed even with no token files: SIGHUP's default action ends the process, and a stray
+/// `kill -HUP` must not stop a participant holding prepared transactions. Then it only says
+/// there is nothing to reload.
 pub async fn reload_on_sighup(files: TokenFiles, keys: KeyRing) {
-    if !files.any() {
-        return;
-    }
     let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(hangups) => hangups,
         Err(error) => {
@@ -109,6 +122,10 @@ pub async fn reload_on_sighup(files: TokenFiles, keys: KeyRing) {
         }
     };
     while hangups.recv().await.is_some() {
+        if !files.any() {
+            tracing::info!("SIGHUP: no token files are given; nothing to reload");
+            continue;
+        }
         match files.load(|path| std::fs::read_to_string(path)) {
             Ok(loaded) => {
                 tracing::info!(tokens = ?loaded, "SIGHUP: token files reloaded");

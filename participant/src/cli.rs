@@ -36,9 +36,11 @@ pub struct Args {
     pub backend: Backend,
     #[command(flatten)]
     pub postgres: crate::postgres::cli::PgArgs,
-    /// JSON object of initial keys (`{"stock:sku-1": 100}`), applied only on the first start.
-    #[arg(long)]
-    pub seed: Option<PathBuf>,
+    /// Initial keys, applied only on the first start: the path of a file holding a JSON
+    /// object of key to value, or that object itself (`'{"stock:sku-1": 100}'`; a value
+    /// starting with `{` is taken as JSON).
+    #[arg(long, value_name = "FILE|JSON")]
+    pub seed: Option<String>,
     /// Coordinator base URL asked about in-doubt transactions (`http://127.0.0.1:7000`, or
     /// `https://` with --tls-ca).
     #[arg(long)]
@@ -211,6 +213,7 @@ impl Args {
         }
         let mut config = ParticipantConfig::new(data_dir);
         config.keys = self.auth.keys(self.listen)?;
+        config.loopback_listen = self.listen.ip().is_loopback();
         config.coordinator_url = self.coordinator.clone();
         config.coordinator_tls = self.tls.coordinator(self.coordinator.as_deref())?;
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
@@ -252,13 +255,10 @@ pub fn main(args: Args) -> ExitCode {
     };
     let seed = match &args.seed {
         None => KvStore::new(),
-        Some(path) => match std::fs::read(path)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| KvStore::from_seed(&bytes).map_err(|e| e.to_string()))
-        {
+        Some(value) => match seed_store(value) {
             Ok(store) => store,
             Err(error) => {
-                tracing::error!(seed = %path.display(), %error, "cannot use the seed file");
+                tracing::error!(%error, "cannot use --seed");
                 return ExitCode::from(2);
             }
         },
@@ -285,6 +285,17 @@ pub fn main(args: Args) -> ExitCode {
         token_files,
         server_tls,
     ))
+}
+
+/// The store `--seed` names: inline JSON when the value starts with `{` (a file path never
+/// does in practice, and `./{x}` still reaches such a file), else a file's contents.
+fn seed_store(value: &str) -> Result<KvStore, String> {
+    let bytes = if value.trim_start().starts_with('{') {
+        value.as_bytes().to_vec()
+    } else {
+        std::fs::read(value).map_err(|e| format!("seed file {value}: {e}"))?
+    };
+    KvStore::from_seed(&bytes).map_err(|e| e.to_string())
 }
 
 async fn serve(
@@ -438,6 +449,27 @@ mod tests {
         ])
         .unwrap();
         assert!(with_ca.coordinator_tls.is_some());
+    }
+
+    #[test]
+    fn seed_is_a_file_or_inline_json() {
+        let inline = seed_store(r#" {"stock": 10}"#).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("seed.json");
+        std::fs::write(&file, r#"{"stock": 10}"#).unwrap();
+        let from_file = seed_store(file.to_str().unwrap()).unwrap();
+        assert_eq!(inline, from_file, "the same store either way");
+        assert_eq!(
+            inline.get("stock").map(|e| e.value),
+            Some(serde_json::json!(10))
+        );
+        let missing = seed_store("/no/such/seed.json").unwrap_err();
+        assert!(missing.contains("/no/such/seed.json"), "{missing}");
+        assert!(seed_store("{not json").is_err());
+        assert!(
+            seed_store("[1, 2]").is_err(),
+            "not an object, and no such file"
+        );
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct ParticipantConfig {
     /// The tokens in force (none: authentication off): checked on the routes, and the peer
     /// token sent on decision queries. Reloaded on SIGHUP by `twopc participant`.
     pub keys: protocol::auth::KeyRing,
+    /// The listener is a loopback address: without tokens, only loopback `Host` names are
+    /// answered (DNS rebinding; docs/security.md). True unless told otherwise, the stricter
+    /// choice.
+    pub loopback_listen: bool,
     /// Whom an `https://` coordinator's certificate must come from (`--tls-ca`); `None`: an
     /// `https://` coordinator is never trusted.
     pub coordinator_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -44,6 +48,7 @@ impl ParticipantConfig {
             checkpoint_every_records: 10_000,
             wal: WalOptions::default(),
             keys: protocol::auth::KeyRing::default(),
+            loopback_listen: true,
             coordinator_tls: None,
         }
     }

@@ -127,7 +127,11 @@ impl<R: Resource> Participant<R> {
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
             .with_state(self.clone());
-        crate::auth::protect(routes, self.config().keys.clone())
+        crate::auth::protect(
+            routes,
+            self.config().keys.clone(),
+            self.config().loopback_listen,
+        )
     }
 
     /// The Prometheus text of this participant.

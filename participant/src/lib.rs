@@ -16,6 +16,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod crash;
+mod cross_site;
 pub mod decision_client;
 pub mod engine;
 pub mod epoch_bound;

@@ -351,3 +351,56 @@ async fn a_prepare_behind_a_holder_waits_over_http_and_gets_yes_when_it_commits(
         metrics.1
     );
 }
+
+#[tokio::test]
+async fn another_sites_writes_and_a_rebound_host_are_refused_before_the_handler() {
+    let (app, _participant, _dir) = app();
+    let prepare = json!({"txid": "t-x", "gtid": "c1:0000000000000001:1", "coordinator_id": "c1",
+        "epoch": 1, "incarnation": "0000000000000001", "position": 1,
+        "payload": {"key": "a", "n": 4}})
+    .to_string();
+    let cross_site = Request::post("/2pc/prepare")
+        .header("host", "127.0.0.1:7001")
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/json")
+        .body(Body::from(prepare.clone()))
+        .unwrap();
+    let (status, text) = send(&app, cross_site).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("\"forbidden_origin\""), "{text}");
+    let plain = Request::post("/2pc/prepare")
+        .header("content-type", "text/plain")
+        .body(Body::from(prepare.clone()))
+        .unwrap();
+    assert_eq!(
+        send(&app, plain).await.0,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    let untyped = Request::post("/2pc/prepare")
+        .body(Body::from(prepare.clone()))
+        .unwrap();
+    assert_eq!(
+        send(&app, untyped).await.0,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    let rebound = Request::get("/v1/prepared")
+        .header("host", "evil.example:7001")
+        .body(Body::empty())
+        .unwrap();
+    let (status, text) = send(&app, rebound).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("\"forbidden_host\""), "{text}");
+    let (status, text) = send(
+        &app,
+        Request::get("/v1/prepared")
+            .header("host", "localhost:7001")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(
+        !text.contains("t-x"),
+        "a refused prepare prepared nothing: {text}"
+    );
+}

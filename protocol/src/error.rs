@@ -97,6 +97,12 @@ pub enum ErrorCode {
     /// Valid credentials of a kind this route does not take (a client token on an operator
     /// route, say).
     Forbidden,
+    /// A state-changing request whose `Origin` is another site's (docs/security.md,
+    /// "Browsers").
+    ForbiddenOrigin,
+    /// A `Host` that is not a loopback name, at a server on a loopback address without tokens
+    /// (DNS rebinding; docs/security.md, "Browsers").
+    ForbiddenHost,
     /// Too many requests of this kind from this caller; try again later.
     RateLimited,
     /// An epoch more than the allowed jump above the highest this participant holds, from a
@@ -147,6 +153,8 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
+            ErrorCode::ForbiddenOrigin => 403,
+            ErrorCode::ForbiddenHost => 403,
             ErrorCode::RateLimited => 429,
             ErrorCode::EpochTooHigh => 409,
         }
@@ -194,6 +202,8 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::ForbiddenOrigin => "forbidden_origin",
+            ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EpochTooHigh => "epoch_too_high",
         }
@@ -280,6 +290,8 @@ mod tests {
             ErrorCode::Internal,
             ErrorCode::Unauthorized,
             ErrorCode::Forbidden,
+            ErrorCode::ForbiddenOrigin,
+            ErrorCode::ForbiddenHost,
             ErrorCode::RateLimited,
             ErrorCode::EpochTooHigh,
         ];

@@ -6,6 +6,7 @@
 //! the coordinator and the participants depend on it, never on each other.
 
 pub mod auth;
+pub mod cross_site;
 pub mod digest;
 pub mod error;
 pub mod ids;

@@ -99,7 +99,7 @@ impl TransactionRequest {
             if !seen.insert(name.clone()) {
                 return Err(RequestError::new(
                     ErrorCode::DuplicateParticipant,
-                    format!("participant {name:?} is listed twice"),
+                    format!("participant \"{name}\" is listed twice"),
                 ));
             }
             let size = payload_size(&part.payload);
@@ -107,7 +107,7 @@ impl TransactionRequest {
                 return Err(RequestError::new(
                     ErrorCode::PayloadTooLarge,
                     format!(
-                        "payload for {name:?} is {size} bytes; the limit is {PAYLOAD_BYTES_MAX}"
+                        "payload for \"{name}\" is {size} bytes; the limit is {PAYLOAD_BYTES_MAX}"
                     ),
                 ));
             }

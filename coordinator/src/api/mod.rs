@@ -2,6 +2,7 @@
 //! doubt, and health, readiness and metrics for operators.
 
 pub mod auth;
+mod cross_site;
 mod error;
 mod json_body;
 mod leases;
@@ -18,6 +19,8 @@ mod tests_abuse;
 mod tests_auth;
 #[cfg(test)]
 mod tests_contract;
+#[cfg(test)]
+mod tests_cross_site;
 #[cfg(test)]
 mod tests_leases;
 #[cfg(test)]
@@ -85,6 +88,9 @@ pub struct AppState {
     decision_queries: Arc<Mutex<QueryLimiter>>,
     /// The tokens in force (none: authentication off); reloaded on SIGHUP by the server.
     keys: KeyRing,
+    /// The listener is a loopback address: without tokens, only loopback `Host` names are
+    /// answered (`cross_site`). True until told otherwise, the stricter choice.
+    loopback_listen: bool,
 }
 
 impl AppState {
@@ -94,6 +100,7 @@ impl AppState {
             metrics,
             decision_queries: Arc::new(Mutex::new(QueryLimiter::new(QueryLimit::default()))),
             keys: KeyRing::default(),
+            loopback_listen: true,
         }
     }
 
@@ -105,6 +112,16 @@ impl AppState {
 
     pub fn keys(&self) -> &KeyRing {
         &self.keys
+    }
+
+    /// Whether the listener is a loopback address (see `loopback_listen`).
+    pub fn with_loopback_listen(mut self, loopback: bool) -> AppState {
+        self.loopback_listen = loopback;
+        self
+    }
+
+    pub fn loopback_listen(&self) -> bool {
+        self.loopback_listen
     }
 
     /// Recovery finished: start serving.
@@ -160,6 +177,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::check,
+        ))
+        // Outside the token check: a cross-site request is refused whoever's token it carries.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cross_site::check,
         ))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)

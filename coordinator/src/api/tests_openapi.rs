@@ -168,20 +168,37 @@ fn every_route_states_the_security_its_class_takes() {
         );
         let responses = operation["responses"].as_object().expect("responses");
         let checked = access != Access::Open;
-        for (status, code) in [("401", "unauthorized"), ("403", "forbidden")] {
+        assert_eq!(
+            responses.contains_key("401"),
+            checked,
+            "{method} {path}: 401 documented iff the route checks tokens"
+        );
+        if checked {
             assert_eq!(
-                responses.contains_key(status),
-                checked,
-                "{method} {path}: {status} documented iff the route checks tokens"
+                error_codes(&doc, &responses["401"]),
+                Some(BTreeSet::from(["unauthorized".to_string()])),
+                "{method} {path} 401"
             );
-            if checked {
-                assert_eq!(
-                    error_codes(&doc, &responses[status]),
-                    Some(BTreeSet::from([code.to_string()])),
-                    "{method} {path} {status}"
-                );
-            }
         }
+        // 403: `forbidden` where tokens are checked, `forbidden_origin` on every write
+        // (cross_site), `forbidden_host` everywhere (a loopback server without tokens).
+        let mut forbidden = BTreeSet::from(["forbidden_host".to_string()]);
+        if checked {
+            forbidden.insert("forbidden".to_string());
+        }
+        let write = protocol::cross_site::is_state_changing(&method.to_ascii_uppercase());
+        if write {
+            forbidden.insert("forbidden_origin".to_string());
+            assert!(
+                responses.contains_key("415"),
+                "{method} {path}: every write may be refused 415"
+            );
+        }
+        assert_eq!(
+            error_codes(&doc, &responses["403"]),
+            Some(forbidden),
+            "{method} {path} 403"
+        );
     }
     let unauthorized = &doc["components"]["responses"]["Unauthorized"];
     assert!(unauthorized["headers"]["WWW-Authenticate"].is_object());

@@ -149,7 +149,11 @@ pub fn fold(steps: &[PlanStep], log: &[LogEntry]) -> Folded {
             .and_then(|name| steps.iter().position(|s| s.name == name));
         match found {
             Some(i) => facts[i] = apply(facts[i], entry.event, &mut order),
-            None => strays.push(format!("{:?}", entry.step)),
+            // Quoted (the name is the log's text), never `Some(..)`/`None`: it reaches users.
+            None => strays.push(match &entry.step {
+                Some(name) => format!("{name:?}"),
+                None => "(an entry without a step)".to_string(),
+            }),
         }
     }
     Folded {

@@ -22,7 +22,8 @@ pub fn app(participant: &Participant<KvStore>) -> Router {
     let reads = Router::new()
         .route(routes::KV_KEY, get(read).put(fenced_put))
         .with_state(participant.clone());
-    let reads = crate::auth::protect(reads, participant.config().keys.clone());
+    let config = participant.config();
+    let reads = crate::auth::protect(reads, config.keys.clone(), config.loopback_listen);
     finish(participant.router().merge(reads))
 }
 

@@ -29,6 +29,8 @@ pub struct PgConfig {
     pub epoch_jump_max: Option<u64>,
     /// The tokens in force (none: authentication off), as `ParticipantConfig::keys`.
     pub keys: protocol::auth::KeyRing,
+    /// As `ParticipantConfig::loopback_listen`.
+    pub loopback_listen: bool,
     /// As `ParticipantConfig::coordinator_tls`.
     pub coordinator_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
@@ -48,6 +50,7 @@ impl PgConfig {
             lock_wait_max_ms: 2_000,
             epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
             keys: protocol::auth::KeyRing::default(),
+            loopback_listen: true,
             coordinator_tls: None,
         }
     }

@@ -29,7 +29,11 @@ impl<W: PgWork> PgParticipant<W> {
             .route(routes::READYZ, get(readyz::<W>))
             .route(routes::METRICS, get(metrics::<W>))
             .with_state(self.clone());
-        crate::auth::protect(routes, self.inner.config.keys.clone())
+        crate::auth::protect(
+            routes,
+            self.inner.config.keys.clone(),
+            self.inner.config.loopback_listen,
+        )
     }
 
     /// The Prometheus text (reads `pg_prepared_xacts` for the in-doubt gauges).
