@@ -173,7 +173,9 @@ impl Core {
                 if !self.knows_participant(name) {
                     return Err(rejected(
                         ErrorCode::NotFound,
-                        format!("participant \"{name}\" is not in this coordinator's configuration"),
+                        format!(
+                            "participant \"{name}\" is not in this coordinator's configuration"
+                        ),
                     ));
                 }
                 Event::RetryNow {
