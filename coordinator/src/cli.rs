@@ -102,6 +102,17 @@ pub struct Args {
     /// nothing else is trusted.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// Longest from accept (TLS handshake included) to a request's whole head, and from a
+    /// head's first byte to its last; then the connection is closed [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub header_read_timeout_ms: Option<u64>,
+    /// A kept-alive connection with no request for this long is closed [default: 120000].
+    #[arg(long, value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Most client connections open at once; past it new ones wait in the kernel's backlog
+    /// [default: 512].
+    #[arg(long, value_name = "N")]
+    pub connections_max: Option<usize>,
 }
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
@@ -140,6 +151,9 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,
         tls_ca: args.tls_ca,
+        header_read_timeout_ms: args.header_read_timeout_ms,
+        idle_timeout_ms: args.idle_timeout_ms,
+        connections_max: args.connections_max,
     };
     let insecure_no_auth = args.insecure_no_auth;
     let mut config = base.overlay(flags).into_config()?;
@@ -217,8 +231,18 @@ mod tests {
             "payments=http://127.0.0.1:7002",
             "--retained-max",
             "5",
+            "--header-read-timeout-ms",
+            "500",
         ]))
         .unwrap();
+        assert_eq!(
+            config.serve_limits.header_read_timeout,
+            std::time::Duration::from_millis(500)
+        );
+        assert_eq!(
+            config.serve_limits.connections_max,
+            net::serve_limits::defaults::CONNECTIONS_MAX
+        );
         assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
         assert_eq!(config.listen.to_string(), "127.0.0.1:7200");
         assert_eq!(config.prepare_timeout_ms, 700);

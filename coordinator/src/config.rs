@@ -99,6 +99,10 @@ pub struct Config {
     pub insecure_no_auth: bool,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` and what was read from them.
     pub tls: TlsSettings,
+    /// Bounds on slow and idle clients and on open connections (docs/operations.md, "Slow
+    /// and idle clients"): `--header-read-timeout-ms`, `--idle-timeout-ms`,
+    /// `--connections-max`.
+    pub serve_limits: net::ServeLimits,
 }
 
 /// TLS in force (docs/operations.md, "TLS"): the files as given and what was read from them
@@ -185,6 +189,8 @@ pub enum ConfigError {
     HttpsWithoutCa { name: String, url: String },
     #[error("TLS: {0}")]
     Tls(#[from] net::TlsError),
+    #[error(transparent)]
+    ServeLimits(#[from] net::ServeLimitsError),
     #[error("listen address {0:?} is not HOST:PORT")]
     Listen(String),
     #[error("token file refused: {0}")]
@@ -230,6 +236,10 @@ pub struct FileConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
+    /// Bounds on clients (docs/operations.md, "Slow and idle clients").
+    pub header_read_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub connections_max: Option<usize>,
 }
 
 impl FileConfig {
@@ -273,7 +283,10 @@ impl FileConfig {
             metrics_token_file,
             tls_cert,
             tls_key,
-            tls_ca
+            tls_ca,
+            header_read_timeout_ms,
+            idle_timeout_ms,
+            connections_max
         );
         self.participants.extend(over.participants);
         self
@@ -305,6 +318,11 @@ impl FileConfig {
             });
         }
         let tls = TlsSettings::load(self.tls_cert, self.tls_key, self.tls_ca)?;
+        let serve_limits = net::ServeLimits::from_flags(
+            self.header_read_timeout_ms,
+            self.idle_timeout_ms,
+            self.connections_max,
+        )?;
         let token_files = TokenFiles {
             client: self.client_token_file,
             operator: self.operator_token_file,
@@ -355,6 +373,7 @@ impl FileConfig {
             keys,
             insecure_no_auth: false,
             tls,
+            serve_limits,
         };
         config.validate()?;
         Ok(config)
@@ -531,6 +550,7 @@ impl Config {
             keys: KeyRing::default(),
             insecure_no_auth: false,
             tls: TlsSettings::default(),
+            serve_limits: net::ServeLimits::default(),
         }
     }
 }
@@ -620,6 +640,10 @@ mod tests {
             (
                 r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "listen": "nope"}"#,
                 "listen",
+            ),
+            (
+                r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "connections_max": 0}"#,
+                "--connections-max",
             ),
         ];
         for (json, needle) in cases {

@@ -146,10 +146,11 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
     let (stop, stopped) = oneshot::channel::<()>();
     // Handlers see the caller's address (`ConnectInfo`): it keys the decision-query budget
     // (`api::QueryLimiter`).
-    let server = tokio::spawn(net::serve(
+    let server = tokio::spawn(net::serve_with_limits(
         listener,
         router(state.clone()),
         config.tls.server.clone(),
+        config.serve_limits,
         async {
             let _ = stopped.await;
         },

@@ -148,16 +148,17 @@ async fn a_silent_connection_blocks_nobody_and_is_closed_after_the_handshake_bou
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let bound = Duration::from_millis(300);
-    let tls =
-        net::tls_listener::TlsListener::with_handshake_timeout(listener, config, bound).unwrap();
-    use axum::serve::ListenerExt;
-    tokio::spawn(async move {
-        axum::serve(
-            tls.tap_io(|_| {}),
-            router().into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let limits = net::ServeLimits {
+        header_read_timeout: bound,
+        ..net::ServeLimits::default()
+    };
+    tokio::spawn(net::serve_with_limits(
+        listener,
+        router(),
+        Some(config),
+        limits,
+        std::future::pending(),
+    ));
     let mut silent = Vec::new();
     for _ in 0..20 {
         silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());

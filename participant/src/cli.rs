@@ -90,6 +90,36 @@ pub struct Args {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Bounds on slow and idle clients and on open connections (docs/operations.md, "Slow and
+/// idle clients"), for the kv and postgres backends alike.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Longest from accept (TLS handshake included) to a request's whole head, and from a
+    /// head's first byte to its last; then the connection is closed.
+    #[arg(long, value_name = "MS", default_value_t = net::serve_limits::defaults::HEADER_READ_TIMEOUT_MS)]
+    pub header_read_timeout_ms: u64,
+    /// A kept-alive connection with no request for this long is closed.
+    #[arg(long, value_name = "MS", default_value_t = net::serve_limits::defaults::IDLE_TIMEOUT_MS)]
+    pub idle_timeout_ms: u64,
+    /// Most client connections open at once; past it new ones wait in the kernel's backlog.
+    #[arg(long, value_name = "N", default_value_t = net::serve_limits::defaults::CONNECTIONS_MAX)]
+    pub connections_max: usize,
+}
+
+impl ServeArgs {
+    /// The listener's bounds, checked.
+    pub fn limits(&self) -> Result<net::ServeLimits, String> {
+        net::ServeLimits::from_flags(
+            Some(self.header_read_timeout_ms),
+            Some(self.idle_timeout_ms),
+            Some(self.connections_max),
+        )
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// TLS files (docs/operations.md, "TLS"); read at start.
@@ -245,8 +275,8 @@ pub fn main(args: Args) -> ExitCode {
     }
     let config_and_tls = args
         .config()
-        .and_then(|config| Ok((config, args.tls.server()?)));
-    let (config, server_tls) = match config_and_tls {
+        .and_then(|config| Ok((config, args.tls.server()?, args.serve.limits()?)));
+    let (config, server_tls, limits) = match config_and_tls {
         Ok(parts) => parts,
         Err(message) => {
             tracing::error!("{message}");
@@ -284,6 +314,7 @@ pub fn main(args: Args) -> ExitCode {
         seed,
         token_files,
         server_tls,
+        limits,
     ))
 }
 
@@ -305,6 +336,7 @@ async fn serve(
     seed: KvStore,
     token_files: protocol::auth::TokenFiles,
     server_tls: Option<Arc<rustls::ServerConfig>>,
+    limits: net::ServeLimits,
 ) -> ExitCode {
     let opened = tokio::task::spawn_blocking(move || Participant::open(config, move || seed)).await;
     let participant = match opened {
@@ -337,10 +369,11 @@ async fn serve(
     };
     tracing::info!(%name, %listen, scheme, "participant ready");
     let watched = participant.clone();
-    let served = net::serve(
+    let served = net::serve_with_limits(
         listener,
         routes::app(&participant),
         server_tls,
+        limits,
         async move {
             tokio::select! {
                 () = shutdown_signal() => tracing::info!("shutting down on signal"),
@@ -470,6 +503,33 @@ mod tests {
             seed_store("[1, 2]").is_err(),
             "not an object, and no such file"
         );
+    }
+
+    #[test]
+    fn serve_limits_have_flags_and_are_checked() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["participant", "--name", "a", "--listen", "127.0.0.1:1"];
+            argv.extend_from_slice(extra);
+            Wrapper::try_parse_from(argv).unwrap().args.serve.limits()
+        };
+        assert_eq!(parse(&[]), Ok(net::ServeLimits::default()));
+        let given = parse(&[
+            "--header-read-timeout-ms",
+            "500",
+            "--idle-timeout-ms",
+            "900",
+            "--connections-max",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!(
+            given.header_read_timeout,
+            std::time::Duration::from_millis(500)
+        );
+        assert_eq!(given.idle_timeout, std::time::Duration::from_millis(900));
+        assert_eq!(given.connections_max, 7);
+        let error = parse(&["--connections-max", "0"]).unwrap_err();
+        assert!(error.contains("--connections-max"), "{error}");
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use frame::{
     FrameError, FrameRef, RECORD_PAYLOAD_BYTES_MAX, decode as decode_frame, encode as encode_frame,
 };
 pub use snapshot::{SNAPSHOT_BYTES_MAX, decode as decode_snapshot, encode as encode_snapshot};
-pub use storage::{FileStorage, Storage, StorageFile};
+pub use storage::{FileStorage, Storage, StorageDir, StorageFile};
 pub use ticket::AppendTicket;
 pub use types::{Durability, Record, RecordType, Recovery, SyncPolicy, TornTail, WalOptions};
 pub use wal::{Wal, WalStats};

@@ -25,8 +25,19 @@ pub trait Storage: Send + Sync + Debug {
     fn sync_file(&self, path: &Path) -> io::Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn remove(&self, path: &Path) -> io::Result<()>;
-    /// fsync of the directory, making creates, renames and removes in it durable.
+    /// fsync of the directory, making creates, renames and removes in it durable. Opens the
+    /// directory each time: for one-off syncs at open; the writer syncs through [`StorageDir`].
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// The directory, opened to be held and synced later. An open log holds its directory's
+    /// handle from the start, so that a later sync needs no descriptor: when the process has
+    /// none left, a sync that had to open the directory would fail and poison the log.
+    fn open_dir(&self, dir: &Path) -> io::Result<Box<dyn StorageDir>>;
+}
+
+/// A held directory handle.
+pub trait StorageDir: Send + Debug {
+    /// fsync of the directory, as [`Storage::sync_dir`], through the held handle.
+    fn sync(&self) -> io::Result<()>;
 }
 
 /// A file open for appending.
@@ -53,6 +64,17 @@ impl StorageFile for RealFile {
 
     fn sync_data(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+}
+
+#[derive(Debug)]
+struct RealDir {
+    dir: File,
+}
+
+impl StorageDir for RealDir {
+    fn sync(&self) -> io::Result<()> {
+        self.dir.sync_all()
     }
 }
 
@@ -111,6 +133,12 @@ impl Storage for FileStorage {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+
+    fn open_dir(&self, dir: &Path) -> io::Result<Box<dyn StorageDir>> {
+        Ok(Box::new(RealDir {
+            dir: File::open(dir)?,
+        }))
     }
 }
 

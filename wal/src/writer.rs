@@ -16,7 +16,7 @@ use crate::names;
 use crate::recovery::Layout;
 use crate::shared::{Counters, Request, Shared, Snapshot};
 use crate::snapshot;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{Storage, StorageDir, StorageFile};
 use crate::ticket::Completer;
 use crate::types::{Durability, RecordType, SyncPolicy, WalOptions};
 
@@ -34,6 +34,8 @@ struct Segment {
 pub struct Writer {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
+    /// Held from open: every directory sync goes through it (see [`Storage::open_dir`]).
+    dir_handle: Box<dyn StorageDir>,
     options: WalOptions,
     shared: Arc<Shared>,
     current: Segment,
@@ -80,9 +82,13 @@ impl Writer {
         let file = storage
             .open_append(&path)
             .map_err(|e| WalError::io("open", &path, e))?;
+        let dir_handle = storage
+            .open_dir(&dir)
+            .map_err(|e| WalError::io("open directory", &dir, e))?;
         let writer = Writer {
             storage,
             dir,
+            dir_handle,
             options,
             shared,
             current: Segment {
@@ -330,9 +336,13 @@ impl Writer {
     }
 
     /// Closes the current segment and starts one at `next_seq`. The old segment is synced first:
-    /// a record in the new segment must never survive a crash that loses one before it.
+    /// a record in the new segment must never survive a crash that loses one before it. It is
+    /// closed before the new one is created, so a roll needs no descriptor beyond those the log
+    /// holds: it goes through when the process has none left. (If the create fails anyway the
+    /// log is poisoned, and the closed segment is never written again.)
     fn roll(&mut self) -> Result<(), WalError> {
         self.write_and_sync(true)?;
+        drop(mem::replace(&mut self.current.file, Box::new(Closed)));
         let path = self.dir.join(names::segment_name(self.next_seq));
         let file = self
             .storage
@@ -354,8 +364,8 @@ impl Writer {
     }
 
     fn sync_dir(&self) -> Result<(), WalError> {
-        self.storage
-            .sync_dir(&self.dir)
+        self.dir_handle
+            .sync()
             .map_err(|e| WalError::io("fsync directory", &self.dir, e))?;
         Counters::add(&self.shared.counters.dir_fsyncs, 1);
         Ok(())
@@ -499,6 +509,21 @@ impl Writer {
             .counters
             .log_bytes_on_disk
             .store(total, Ordering::Relaxed);
+    }
+}
+
+/// The file of a segment closed by a roll whose create then failed: the log is poisoned by
+/// then, so nothing reaches it; if something did, it fails rather than writes.
+#[derive(Debug)]
+struct Closed;
+
+impl StorageFile for Closed {
+    fn append(&mut self, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other("segment closed by a failed roll"))
+    }
+
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        Err(std::io::Error::other("segment closed by a failed roll"))
     }
 }
 

@@ -93,15 +93,16 @@ async fn start(config: PgConfig, statements: &[u8]) -> Result<PgParticipant<Stat
 }
 
 async fn serve(args: &Args) -> ExitCode {
-    let (config, statements, server_tls) = match config(args)
-        .and_then(|(config, statements)| Ok((config, statements, args.tls.server()?)))
-    {
-        Ok(parts) => parts,
-        Err(message) => {
-            tracing::error!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let (config, statements, server_tls, limits) =
+        match config(args).and_then(|(config, statements)| {
+            Ok((config, statements, args.tls.server()?, args.serve.limits()?))
+        }) {
+            Ok(parts) => parts,
+            Err(message) => {
+                tracing::error!("{message}");
+                return ExitCode::from(2);
+            }
+        };
     let participant = match start(config, &statements).await {
         Ok(participant) => participant,
         Err(message) => {
@@ -125,10 +126,11 @@ async fn serve(args: &Args) -> ExitCode {
         statements = ?participant.work().names(),
         max_prepared_transactions = participant.max_prepared_transactions(),
         tls = server_tls.is_some(), "postgres participant ready");
-    let served = net::serve(
+    let served = net::serve_with_limits(
         listener,
         crate::http::finish(participant.router()),
         server_tls,
+        limits,
         crate::cli::shutdown_signal(),
     )
     .await;

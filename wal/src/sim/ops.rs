@@ -4,7 +4,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{Inode, SimStorage, State, names_in, sim_error};
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{Storage, StorageDir, StorageFile};
 
 #[derive(Debug)]
 struct SimFile {
@@ -68,6 +68,20 @@ impl StorageFile for SimFile {
             }
         }
         Ok(())
+    }
+}
+
+/// A held directory: syncing it is exactly [`Storage::sync_dir`] (same faults, same operation
+/// count), so holding the handle changes nothing a crash test can see.
+#[derive(Debug)]
+struct SimDir {
+    storage: SimStorage,
+    dir: PathBuf,
+}
+
+impl StorageDir for SimDir {
+    fn sync(&self) -> io::Result<()> {
+        self.storage.sync_dir(&self.dir)
     }
 }
 
@@ -200,5 +214,21 @@ impl Storage for SimStorage {
             .collect();
         state.durable.extend(synced);
         Ok(())
+    }
+
+    fn open_dir(&self, dir: &Path) -> io::Result<Box<dyn StorageDir>> {
+        // Not a mutating operation: crash points keep their numbers.
+        let state = self.lock();
+        state.alive()?;
+        if !state.dirs.contains(dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}", dir.display()),
+            ));
+        }
+        Ok(Box::new(SimDir {
+            storage: self.clone(),
+            dir: dir.to_path_buf(),
+        }))
     }
 }
