@@ -93,7 +93,8 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     std::fs::remove_dir_all(&data_dir)
         .unwrap_or_else(|e| panic!("removing {}: {e}", data_dir.display()));
     copy_dir(&backup, &data_dir);
-    chaos.restart(COORDINATOR, Vec::new());
+    // Not "ready": its probe at start learns at once that participants hold the lost run.
+    chaos.restart_no_wait(COORDINATOR, Vec::new());
     chaos.proxy(SHIPPING).heal();
     chaos.uplink(SHIPPING).heal();
 
@@ -109,7 +110,8 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         "shipping's last answer from the restored coordinator: {said:?}"
     );
     assert_x_stays(&chaos, &x, "after the restored start");
-    // It learned that its log is behind: not ready, and no new transaction.
+    // It learned that its log is behind (participants refused its probe): not ready, and no
+    // new transaction.
     assert_log_behind(&chaos, "after shipping's queries");
     let refused = order(&chaos, "order-after-restore", 2);
     let (status, body) = post_order(&chaos, &refused);
@@ -133,38 +135,17 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         "a refused order reached the participants: {view:?}"
     );
 
-    // The restored log is not damaged, only behind.
-    let stopped = chaos.node(COORDINATOR).terminate(Duration::from_secs(20));
-    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
-    let verify = Command::new(failpoints_binary())
-        .args(["wal", "verify"])
-        .arg(&data_dir)
-        .output()
-        .expect("running twopc wal verify");
-    assert_eq!(
-        verify.status.code(),
-        Some(0),
-        "twopc wal verify {}:\n{}{}",
-        data_dir.display(),
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
-
-    // The next start (an operator restarting it, say) is at an epoch above the lost run's, so
-    // shipping takes its answers as the coordinator's own. It knows it is behind from its log
-    // alone: shipping's link is cut until it has said so.
-    chaos.uplink(SHIPPING).partition();
-    chaos.restart_no_wait(COORDINATOR, Vec::new());
-    assert_log_behind(&chaos, "after a restart on the restored log");
-    chaos.uplink(SHIPPING).heal();
+    // No restart (issue 24): a participant's refusal of this run's probe or of a message it
+    // sent is evidence that another run passed this one, so the coordinator logs an epoch
+    // above the highest one reported and shipping takes its answers as the coordinator's own.
     let entry = wait_asked(&chaos, &x, &gtid, |e| {
         e.last_answer
             .as_deref()
             .is_some_and(|a| a.starts_with("unknown"))
     });
-    assert_x_stays(&chaos, &x, "after the second start on the restored log");
-    // The coordinator's own answer to shipping's query: unknown, from another run, because the
-    // log holds neither X nor the run that began it.
+    assert_x_stays(&chaos, &x, "after the raise on the restored log");
+    // The coordinator's own answer to shipping's query: unknown, because the log holds neither
+    // X nor the run that began it, at an epoch above the lost run's, from the same run.
     let urls = chaos.urls();
     let said = chaos.runtime.block_on(probe::decision_answer(
         &chaos.peer_client,
@@ -176,7 +157,16 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     assert!(
         said.incarnation.is_some_and(|i| i != entry.incarnation)
             && said.epoch.is_some_and(|e| e > entry.epoch),
-        "the answer comes from a later run: {said:?} vs {entry:?}"
+        "the answer comes from the restored run at a raised epoch: {said:?} vs {entry:?}"
+    );
+    let raises = http_get(chaos.cluster.coordinator.spec().addr, "/metrics")
+        .map(|(_, text)| text)
+        .unwrap_or_default();
+    assert!(
+        raises
+            .lines()
+            .any(|l| l.starts_with("twopc_coordinator_epoch_raises_total ") && !l.ends_with(" 0")),
+        "the epoch was raised by the coordinator itself:\n{raises}"
     );
     let status = post_order(&chaos, &refused).0;
     assert_eq!(status, 503, "still refusing new work");
