@@ -25,6 +25,10 @@ use crate::http::{FuzzRequest, send_and_check, tokens};
 struct Harness {
     runtime: Runtime,
     app: Router,
+    /// The coordinator's real id: inputs name it as [`COORDINATOR_PLACEHOLDER`], so that
+    /// decision queries and resolves reach the logic that looks at the attempt, not only the
+    /// "another coordinator's attempt" refusal.
+    coordinator_id: String,
     _participants: Vec<Participant<KvStore>>,
     _dir: tempfile::TempDir,
 }
@@ -96,7 +100,7 @@ fn harness() -> &'static Harness {
             .build()
             .unwrap_or_else(|e| panic!("harness setup: a runtime: {e}"));
         let dir = scratch_dir();
-        let (app, participants) = runtime.block_on(async {
+        let (app, participants, coordinator_id) = runtime.block_on(async {
             let mut urls = BTreeMap::new();
             let mut participants = Vec::new();
             for name in ["inventory", "payments"] {
@@ -119,12 +123,14 @@ fn harness() -> &'static Harness {
                 .await
                 .unwrap_or_else(|e| panic!("harness setup: the coordinator: {e}"));
             state.set_ready(Arc::clone(&core));
+            let coordinator_id = core.identity().coordinator_id.to_string();
             tokio::spawn(coordinator::runtime::housekeeping(core));
-            (router(state), participants)
+            (router(state), participants, coordinator_id)
         });
         Harness {
             runtime,
             app,
+            coordinator_id,
             _participants: participants,
             _dir: dir,
         }
@@ -178,9 +184,29 @@ fn saga_wait_none(request: &mut FuzzRequest) {
     request.path = text.into_bytes();
 }
 
+/// What inputs write for the harness coordinator's id (its real one is random per data
+/// directory): seeds name it so, and [`name_the_coordinator`] puts the real one in.
+pub const COORDINATOR_PLACEHOLDER: &str = "c-fuzz";
+
+/// Replaces [`COORDINATOR_PLACEHOLDER`] in the path and the body with the real id.
+fn name_the_coordinator(request: &mut FuzzRequest, id: &str) {
+    let replace = |bytes: &[u8]| -> Option<Vec<u8>> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        text.contains(COORDINATOR_PLACEHOLDER)
+            .then(|| text.replace(COORDINATOR_PLACEHOLDER, id).into_bytes())
+    };
+    if let Some(path) = replace(&request.path) {
+        request.path = path;
+    }
+    if let Some(body) = replace(&request.body) {
+        request.body = body;
+    }
+}
+
 pub fn run(input: &[u8]) {
     let harness = harness();
     for mut request in FuzzRequest::read_all(input) {
+        name_the_coordinator(&mut request, &harness.coordinator_id);
         cap_wait(&mut request);
         saga_wait_none(&mut request);
         if let Some(request) = request.build() {
@@ -194,6 +220,8 @@ pub fn run(input: &[u8]) {
 /// Sends one request and returns its status (seed generation checks its seeds are valid).
 pub fn status_of(request: &FuzzRequest) -> Option<u16> {
     let harness = harness();
+    let mut request = request.clone();
+    name_the_coordinator(&mut request, &harness.coordinator_id);
     let built = request.build()?;
     Some(
         harness

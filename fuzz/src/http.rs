@@ -226,6 +226,13 @@ pub async fn send_and_check(app: &Router, request: Request<Body>) -> u16 {
             "{described}: answered {status} with code {:?}",
             body.error
         );
+        // A 503 that means the service stopped itself for good is a finding, whatever input
+        // led to it: a request is a claim, and none may poison the log or mark it behind.
+        assert!(
+            !matches!(body.error, ErrorCode::LogFailed | ErrorCode::LogBehind),
+            "{described}: the service poisoned itself ({:?}): {text}",
+            body.error
+        );
     }
     let json = parts
         .headers

@@ -56,8 +56,10 @@ fn coordinator_seeds() -> Vec<(&'static str, FuzzRequest, u16)> {
          "action": {"ops": [{"op": "put", "key": "charge-1", "value": 10}]},
          "compensation": null}
     ]});
-    let decision = "/v1/transactions/seed-tx-1/decision?gtid=c-1:000000000000feed:3\
-                    &incarnation=000000000000feed&epoch=1&position=3";
+    // Of the harness coordinator (`coordinator_http::COORDINATOR_PLACEHOLDER`), a run it never
+    // had: the query issue 24 found stopping new work for good.
+    let decision = "/v1/transactions/seed-tx-1/decision?gtid=c-fuzz:ffffffffffffffff:3\
+                    &incarnation=ffffffffffffffff&epoch=1&position=3";
     let post = |path: &str, auth, body: serde_json::Value| {
         FuzzRequest::json("POST", path, auth, &body.to_string())
     };
@@ -96,6 +98,16 @@ fn coordinator_seeds() -> Vec<(&'static str, FuzzRequest, u16)> {
                 json!({"decision": "abort", "operator": "ops", "reason": "seed"}),
             ),
             404,
+        ),
+        (
+            "tx_resolve_ghost",
+            post(
+                "/v1/transactions/ghost/resolve",
+                Auth::Operator,
+                json!({"decision": "abort", "gtid": "c-other:ffffffffffffffff:1",
+                       "operator": "ops", "reason": "seed"}),
+            ),
+            409,
         ),
         (
             "participant_retry",
