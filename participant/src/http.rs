@@ -23,11 +23,13 @@ use crate::resource::Resource;
 use crate::saga_service::SagaOpError;
 use crate::service::{Participant, RequestError};
 
-/// An error answer: `{"error": code, "message": ...}` with the code's status.
+/// An error answer: `{"error": code, "message": ...}` with the code's status, and
+/// `highest_epoch` on a fencing refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    pub highest_epoch: Option<protocol::Epoch>,
 }
 
 impl ApiError {
@@ -35,6 +37,15 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            highest_epoch: None,
+        }
+    }
+
+    /// The refusal's own answer, naming the highest epoch when it is a fencing refusal.
+    pub fn rejected(rejection: &crate::rejection::Rejection) -> Self {
+        Self {
+            highest_epoch: rejection.highest_epoch(),
+            ..Self::new(rejection.code(), rejection.to_string())
         }
     }
 }
@@ -43,14 +54,19 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, axum::Json(ErrorBody::new(self.code, self.message))).into_response()
+        let body = ErrorBody::new(self.code, self.message);
+        let body = match self.highest_epoch {
+            Some(epoch) => body.with_highest_epoch(epoch),
+            None => body,
+        };
+        (status, axum::Json(body)).into_response()
     }
 }
 
 impl From<RequestError> for ApiError {
     fn from(error: RequestError) -> Self {
         match &error {
-            RequestError::Rejected(rejection) => ApiError::new(rejection.code(), error.to_string()),
+            RequestError::Rejected(rejection) => ApiError::rejected(rejection),
             RequestError::LogFailed(_) => ApiError::new(ErrorCode::LogFailed, error.to_string()),
             RequestError::Internal(_) => ApiError::new(ErrorCode::Internal, error.to_string()),
         }

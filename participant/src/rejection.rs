@@ -51,6 +51,25 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// For the fencing refusals, the highest epoch this participant holds for the sender's
+    /// coordinator id (0 when it holds none): the error body names it (`highest_epoch`) so a
+    /// coordinator whose epoch was passed, or claimed by another run, can log one above it
+    /// and be obeyed again without a restart.
+    pub fn highest_epoch(&self) -> Option<Epoch> {
+        match self {
+            Rejection::StaleEpoch { highest, .. } | Rejection::EpochTooHigh { highest, .. } => {
+                Some(*highest)
+            }
+            // The conflicting epoch is the highest held: another run claimed it.
+            Rejection::IncarnationConflict { epoch, .. } => Some(*epoch),
+            Rejection::NotPrepared { .. }
+            | Rejection::ForeignAttempt { .. }
+            | Rejection::InvalidPayload(_)
+            | Rejection::PayloadTooLarge { .. }
+            | Rejection::KeyLocked { .. } => None,
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
             Rejection::StaleEpoch { .. } => ErrorCode::StaleEpoch,

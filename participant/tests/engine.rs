@@ -305,6 +305,14 @@ fn stale_epochs_are_rejected_and_the_highest_is_carried_in_records() {
         Some(ErrorCode::StaleEpoch)
     );
     assert_eq!(e.prepared_len(), 1, "a stale message changes nothing");
+    match reply(&p(&mut e, "t3", 4, add("c", 1))) {
+        Reply::Reject(rejection) => assert_eq!(
+            rejection.highest_epoch(),
+            Some(Epoch(5)),
+            "the refusal names the epoch to rise above"
+        ),
+        wrong => panic!("expected stale_epoch, got {wrong:?}"),
+    }
     // A newer epoch (the coordinator restarted) is accepted and raises the mark; when the
     // answer has no record of its own, a fence record carries the new epoch.
     let raised = commit(&mut e, "t9", 7);
@@ -796,9 +804,18 @@ fn incarnation_conflict(commands: &[Command]) -> (u64, u64) {
         ) => {
             assert_eq!(rejection.code(), ErrorCode::IncarnationConflict);
             assert_eq!(rejection.code().status(), 409);
+            // The claimed epoch is the highest held: the error body names it.
+            assert_eq!(Some(rejection_epoch(&rejection)), rejection.highest_epoch());
             (claimed_by.0, got.0)
         }
         wrong => panic!("expected incarnation_conflict, got {wrong:?}"),
+    }
+}
+
+fn rejection_epoch(rejection: &Rejection) -> Epoch {
+    match rejection {
+        Rejection::IncarnationConflict { epoch, .. } => *epoch,
+        wrong => panic!("not an incarnation conflict: {wrong:?}"),
     }
 }
 

@@ -275,7 +275,23 @@ async fn fencing_and_foreign_attempts_have_their_codes() {
         );
         let message = body["message"].as_str().unwrap_or_default();
         assert!(message.contains("0000000000000bad"), "{message}");
+        // The epoch another run claimed: a coordinator logs one above it to be obeyed again.
+        assert_eq!(body["highest_epoch"], json!(3), "{route}: {body}");
     }
+    let stale = wire(common::prepare("t4", 2, add("d", 1)));
+    let (status, body) = post(&app, "/2pc/prepare", &stale.to_string()).await;
+    assert_eq!(
+        (status, body["error"].clone(), body["highest_epoch"].clone()),
+        (StatusCode::CONFLICT, json!("stale_epoch"), json!(3)),
+        "{body}"
+    );
+    let leap = wire(common::prepare("t5", 3 + 1_000_001, add("e", 1)));
+    let (status, body) = post(&app, "/2pc/prepare", &leap.to_string()).await;
+    assert_eq!(
+        (status, body["error"].clone(), body["highest_epoch"].clone()),
+        (StatusCode::CONFLICT, json!("epoch_too_high"), json!(3)),
+        "{body}"
+    );
     let foreign = wire(prepare_as(
         "t3",
         &gtid_of("c2", run(3), 1),
@@ -287,6 +303,10 @@ async fn fencing_and_foreign_attempts_have_their_codes() {
         (status, body["error"].clone()),
         (StatusCode::UNPROCESSABLE_ENTITY, json!("invalid_id")),
         "{body}"
+    );
+    assert!(
+        body.get("highest_epoch").is_none(),
+        "not a fencing refusal: {body}"
     );
     assert_eq!(participant.prepared_list().len(), 1);
     assert_eq!(participant.read(|t| t.applied + t.released), 0);

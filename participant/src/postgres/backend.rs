@@ -53,7 +53,7 @@ pub enum PgRequestError {
 impl From<PgRequestError> for ApiError {
     fn from(error: PgRequestError) -> Self {
         let code = match &error {
-            PgRequestError::Rejected(rejection) => rejection.code(),
+            PgRequestError::Rejected(rejection) => return ApiError::rejected(rejection),
             PgRequestError::Database(_) | PgRequestError::Busy(_) => ErrorCode::NotReady,
             PgRequestError::Contradiction(_) => ErrorCode::IdConflict,
         };
