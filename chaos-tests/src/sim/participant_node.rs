@@ -484,11 +484,8 @@ impl ParticipantNode {
 /// the highest epoch it holds for the sender's coordinator id, as the real one does.
 fn refusal(rejection: &Rejection) -> ErrorBody {
     let body = ErrorBody::new(rejection.code(), rejection.to_string());
-    match rejection {
-        Rejection::StaleEpoch { highest, .. } | Rejection::EpochTooHigh { highest, .. } => {
-            body.with_highest_epoch(*highest)
-        }
-        Rejection::IncarnationConflict { epoch, .. } => body.with_highest_epoch(*epoch),
-        _ => body,
+    match rejection.highest_epoch() {
+        Some(epoch) => body.with_highest_epoch(epoch),
+        None => body,
     }
 }
