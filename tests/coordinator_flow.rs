@@ -59,6 +59,27 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
             assert_eq!(commit[field], prepare[field], "{field}: {commit}");
         }
     }
+    // At start each participant was asked, by an abort of position 0 of this run, which
+    // epoch it holds; the probe names this run and is never an attempt clients can see.
+    for p in [&a, &b] {
+        let deadline = std::time::Instant::now() + WAIT;
+        while p.probes().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let probes = p.probes();
+        assert_eq!(probes.len(), 1, "{}: one probe, acknowledged", p.name);
+        let (probe, prepare) = (&probes[0], p.prepare_of("order-1"));
+        assert_eq!(probe.route, "abort", "{}", p.name);
+        let run = format!(
+            "{}:{}:",
+            prepare["coordinator_id"].as_str().unwrap_or_default(),
+            prepare["incarnation"].as_str().unwrap_or_default()
+        );
+        assert_eq!(probe.body["gtid"], format!("{run}0"), "{}", probe.body);
+        for field in ["coordinator_id", "incarnation", "epoch"] {
+            assert_eq!(probe.body[field], prepare[field], "{field}: {}", probe.body);
+        }
+    }
     let status = c.wait_state("order-1", "committed", WAIT).await;
     assert!(status["ended_at_ms"].is_u64(), "{status}");
     assert_eq!(status["gtid"].as_str(), Some(gtid.as_str()), "{status}");

@@ -110,8 +110,22 @@ impl TestParticipant {
             .insert(gtid.to_string(), (txid.to_string(), state));
     }
 
+    /// Every message received about clients' transactions, in order; the coordinator's
+    /// start-time epoch probe (see [`TestParticipant::probes`]) is left out.
     pub fn received(&self) -> Vec<Received> {
-        self.state.lock().unwrap().received.clone()
+        let all = self.state.lock().unwrap().received.clone();
+        all.into_iter()
+            .filter(|r| r.body["txid"] != coordinator::runtime::PROBE_TXID)
+            .collect()
+    }
+
+    /// The epoch probes received: the abort a starting coordinator sends each participant
+    /// for position 0 of its run, to learn the highest epoch the participant holds.
+    pub fn probes(&self) -> Vec<Received> {
+        let all = self.state.lock().unwrap().received.clone();
+        all.into_iter()
+            .filter(|r| r.body["txid"] == coordinator::runtime::PROBE_TXID)
+            .collect()
     }
 
     /// Messages on `route` for `txid`.
