@@ -243,13 +243,32 @@ async fn an_attempt_the_log_lost_is_resolved_from_the_evidence_and_audited_acros
         (409, Some("insufficient_evidence")),
         "{body}"
     );
-    let (status, body) = post(
-        &c,
-        "/v1/transactions/ghost/resolve",
-        json!({"decision": "commit", "operator": "ana", "reason": "both prepared",
-               "participants": ["inventory", "payments"]}),
-    )
-    .await;
+    // An operator's list alone proves nothing: it may leave out one that never prepared.
+    let named = json!({"decision": "commit", "operator": "ana", "reason": "both prepared",
+                       "participants": ["inventory", "payments"]});
+    let (status, body) = post(&c, "/v1/transactions/ghost/resolve", named.clone()).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("insufficient_evidence")),
+        "{body}"
+    );
+    // A participant vouching for another list than the operator's: refused as contradicting.
+    a.pretend_vouching(
+        "ghost",
+        &lost,
+        "prepared",
+        &["inventory", "payments", "shipping"],
+    );
+    let (status, body) = post(&c, "/v1/transactions/ghost/resolve", named.clone()).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("contradicts_evidence")),
+        "{body}"
+    );
+    // The participants vouch for the list their prepares named: that is evidence.
+    a.pretend_vouching("ghost", &lost, "prepared", &["inventory", "payments"]);
+    b.pretend_vouching("ghost", &lost, "prepared", &["inventory", "payments"]);
+    let (status, body) = post(&c, "/v1/transactions/ghost/resolve", named).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         (body["gtid"].as_str(), body["audit_seq"].as_u64()),

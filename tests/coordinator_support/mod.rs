@@ -45,6 +45,14 @@ pub struct Received {
     pub body: Value,
 }
 
+/// An attempt the test says this participant holds.
+#[derive(Debug)]
+struct Pretended {
+    txid: String,
+    state: &'static str,
+    participants: Option<Vec<String>>,
+}
+
 #[derive(Debug)]
 struct Behaviour {
     vote: VoteMode,
@@ -52,7 +60,7 @@ struct Behaviour {
     received: Vec<Received>,
     /// What it says about attempts when an operator asks (`/v1/attempts/{gtid}`), set by the
     /// test: the attempts of a coordinator whose log lost them.
-    attempts: std::collections::BTreeMap<String, (String, &'static str)>,
+    attempts: std::collections::BTreeMap<String, Pretended>,
 }
 
 /// A participant server running in the test process.
@@ -103,11 +111,33 @@ impl TestParticipant {
     /// From now on it says it holds attempt `gtid` of `txid` in `state` (`prepared`,
     /// `committed`, `aborted`, `refused`, `forgotten`), whatever it received.
     pub fn pretend(&self, txid: &str, gtid: &str, state: &'static str) {
+        self.pretend_with(txid, gtid, state, None);
+    }
+
+    /// As `pretend`, and it also vouches for the attempt's participants (`participants` in
+    /// `/v1/attempts/{gtid}`), as a real participant does with the list its prepare named.
+    pub fn pretend_vouching(&self, txid: &str, gtid: &str, state: &'static str, names: &[&str]) {
+        let names = names.iter().map(|n| n.to_string()).collect();
+        self.pretend_with(txid, gtid, state, Some(names));
+    }
+
+    fn pretend_with(
+        &self,
+        txid: &str,
+        gtid: &str,
+        state: &'static str,
+        participants: Option<Vec<String>>,
+    ) {
+        let pretended = Pretended {
+            txid: txid.to_string(),
+            state,
+            participants,
+        };
         self.state
             .lock()
             .unwrap()
             .attempts
-            .insert(gtid.to_string(), (txid.to_string(), state));
+            .insert(gtid.to_string(), pretended);
     }
 
     /// Every message received about clients' transactions, in order; the coordinator's
@@ -188,9 +218,14 @@ async fn attempt(
     if guard.ack == AckMode::Down {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
-    let said = if let Some((_, pretended)) = guard.attempts.get(&gtid) {
-        *pretended
-    } else {
+    if let Some(pretended) = guard.attempts.get(&gtid) {
+        let mut said = json!({"gtid": gtid, "state": pretended.state, "txid": pretended.txid});
+        if let Some(names) = &pretended.participants {
+            said["participants"] = json!(names);
+        }
+        return axum::Json(said).into_response();
+    }
+    let said = {
         let about = |route: &str| {
             guard
                 .received
@@ -222,8 +257,8 @@ async fn prepared(State(state): Shared) -> Response {
     let prepared: Vec<Value> = guard
         .attempts
         .iter()
-        .filter(|(_, (_, state))| *state == "prepared")
-        .map(|(gtid, (txid, _))| {
+        .filter(|(_, pretended)| pretended.state == "prepared")
+        .map(|(gtid, Pretended { txid, .. })| {
             // Prepared a minute ago by the coordinator its gtid names.
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -627,6 +627,9 @@ impl CoordinatorNode {
             self.raises += 1;
             self.identity = Some(raised.clone());
             self.step(io, Event::EpochDurable { identity: raised });
+            for index in 0..self.participants.len() {
+                self.probe(io, index);
+            }
         }
     }
 

@@ -13,8 +13,12 @@
 //!   again at once, so participants take this run's decisions, answers and operators'
 //!   resolutions without a restart.
 //!
+//! Once a raise is durable the runtime probes every participant again at the new epoch: a
+//! participant that holds that very epoch under another run (it refused an older message
+//! with `stale_epoch` naming it) says so only to a message at it.
+//!
 //! Bounds: a refusal of a message sent below the current epoch is one this run already moved
-//! past; a raise is at most `EPOCH_RAISE_MAX` above the current epoch (a participant reporting
+//! past, unless it reports an epoch above the current one; a raise is at most `EPOCH_RAISE_MAX` above the current epoch (a participant reporting
 //! more is not believed) and at most `EPOCH_RAISES_MAX` per run (two live coordinators on
 //! copies of one data directory would otherwise raise past each other for ever).
 //!
@@ -70,8 +74,10 @@ impl Engine {
         let Some(identity) = self.identity.clone() else {
             return Vec::new();
         };
-        if fenced.sent_epoch < identity.epoch {
-            // Sent before a raise this run already made: nothing new.
+        let passes_current = fenced.highest.is_some_and(|h| h > identity.epoch);
+        if fenced.sent_epoch < identity.epoch && !passes_current {
+            // Sent before a raise this run already made, and the participant holds nothing
+            // above the current epoch: nothing new (the probe after the raise asks again).
             return Vec::new();
         }
         let mut commands = Vec::new();

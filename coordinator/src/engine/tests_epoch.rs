@@ -132,6 +132,14 @@ fn a_refusal_of_a_message_sent_before_the_raise_is_spent() {
     assert_eq!(engine.identity().map(|i| i.epoch), Some(Epoch(6)));
     // A late refusal of something sent at epoch 3 says nothing about epoch 6.
     assert_eq!(engine.step(refusal(3, Some(5))), vec![]);
+    assert_eq!(
+        engine.step(refusal(3, Some(6))),
+        vec![],
+        "6 is this run's own"
+    );
+    // But one that reports an epoch above 6 is news, however old the message it refused.
+    let mut late = engine.clone();
+    assert_eq!(raises(&late.step(refusal(3, Some(7)))), vec![Epoch(8)]);
     // A refusal of a message sent at 6 is new evidence (another run passed 6 meanwhile).
     assert_eq!(raises(&engine.step(refusal(6, Some(9)))), vec![Epoch(10)]);
 }

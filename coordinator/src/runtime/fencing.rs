@@ -89,6 +89,9 @@ impl Core {
                       "this run's epoch is raised past the run a participant holds; pending \
                        deliveries go again now");
                 self.apply(Event::EpochDurable { identity: raised });
+                // A participant holding the new epoch under another run has nothing pending
+                // from this run to refuse; only a message at the new epoch lets it say so.
+                self.probe_epochs();
             }
             Err(e) => {
                 error!(epoch = %raised.epoch, error = %e,
@@ -97,7 +100,7 @@ impl Core {
         }
     }
 
-    /// Asks every participant, once at start, whether another run of this coordinator id
+    /// Asks every participant, at start and after each raise, whether another run of this coordinator id
     /// passed this one: an abort for this run's probe attempt (position 0, which no attempt is
     /// ever begun under). An acknowledgement says no; a fencing refusal is evidence
     /// (`fenced`). A participant that cannot be reached is asked again with backoff until it
