@@ -27,6 +27,11 @@ pub enum Record {
         /// (replay then uses `prepared_at_ms`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         started_at_ms: Option<u64>,
+        /// Every participant the attempt named, as its prepare said; what this participant
+        /// vouches for when an operator resolves an attempt the coordinator's log lost.
+        /// Absent from older records and from prepares of coordinators that do not send it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        participants: Option<Vec<protocol::ParticipantName>>,
     },
     /// The commit decision; forced before the ack.
     Committed {

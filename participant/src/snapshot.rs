@@ -45,6 +45,9 @@ pub struct PreparedSnapshot {
     /// Its place in the lock-wait order (absent in older snapshots: `prepared_at_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at_ms: Option<u64>,
+    /// The participants its prepare named (absent in older snapshots, or when not sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<protocol::ParticipantName>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,6 +76,7 @@ impl<R: Resource> Engine<R> {
                     payload: p.payload.clone(),
                     prepared_at_ms: p.prepared_at_ms,
                     started_at_ms: Some(p.started_at_ms),
+                    participants: p.participants.clone(),
                 })
                 .collect(),
             epochs: self
@@ -136,6 +140,7 @@ impl<R: Resource> Engine<R> {
                 payload: p.payload,
                 started_at_ms: p.started_at_ms.unwrap_or(p.prepared_at_ms),
                 prepared_at_ms: p.prepared_at_ms,
+                participants: p.participants,
             })?;
         }
         engine.saga_barrier = snapshot.saga_barrier.into_iter().collect();

@@ -585,6 +585,7 @@ fn aborted_then_prepared() -> (Record, Record) {
         payload: add("a", 4),
         prepared_at_ms: 90_000,
         started_at_ms: None,
+        participants: None,
     };
     (aborted, prepared)
 }
@@ -1211,4 +1212,63 @@ fn a_forged_epoch_far_above_the_highest_is_refused_and_fences_nobody_out() {
         reply(&p(&mut trusting, "t1", u64::MAX - 1, add("a", 1))),
         Reply::Vote(_)
     ));
+}
+
+#[test]
+fn the_participants_a_prepare_named_are_vouched_for_across_replay_and_snapshots() {
+    use protocol::ParticipantName;
+    let names = |list: &[&str]| -> Option<Vec<ParticipantName>> {
+        Some(
+            list.iter()
+                .map(|n| ParticipantName::new(*n).unwrap())
+                .collect(),
+        )
+    };
+    let named = |txid: &str, list: &[&str]| protocol::PrepareRequest {
+        participants: names(list),
+        ..prepare(txid, 1, add("a", 1))
+    };
+    let step = |e: &mut Engine<Tally>, log: &mut Vec<Record>, request| {
+        let event = Event::Prepare {
+            request,
+            now_ms: 10,
+            waiter: 0,
+        };
+        reply(&run_log(e, log, event))
+    };
+    let mut e = engine();
+    let mut log = Vec::new();
+    let list = ["inventory", "payments"];
+    assert_eq!(
+        step(&mut e, &mut log, named("t1", &list)),
+        Reply::Vote(Vote::Yes)
+    );
+    let vouched = |e: &Engine<Tally>| e.attempt_status(&gtid("t1"));
+    assert_eq!(vouched(&e).participants, names(&list));
+    assert_eq!(vouched(&e).txid, Some(tx("t1")));
+    // A retry with the same list is the same yes; one naming another list is not that attempt.
+    assert_eq!(
+        step(&mut e, &mut log, named("t1", &list)),
+        Reply::Vote(Vote::Yes)
+    );
+    let other = step(&mut e, &mut log, named("t1", &["inventory"]));
+    assert!(no()(&other), "{other:?}");
+    assert_eq!(
+        vouched(&e).participants,
+        names(&list),
+        "the prepared one stays"
+    );
+    // Nor one under another client id with the same gtid.
+    let renamed = protocol::PrepareRequest {
+        txid: tx("someone-else"),
+        ..named("t1", &list)
+    };
+    assert!(no()(&step(&mut e, &mut log, renamed)));
+    // The list is in the forced record, so a restart and a checkpoint keep vouching for it.
+    assert_eq!(vouched(&replayed(&log)).participants, names(&list));
+    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
+    assert_eq!(vouched(&restored).participants, names(&list));
+    // A prepare that named no list (an older coordinator) vouches for none.
+    p(&mut e, "t2", 1, add("b", 1));
+    assert_eq!(e.attempt_status(&gtid("t2")).participants, None);
 }

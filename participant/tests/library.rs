@@ -514,3 +514,23 @@ async fn concurrent_traffic_recovers_to_the_same_state() {
     let p = open(config(&dir));
     assert_eq!(p.read(|t| t.clone()), before);
 }
+
+#[tokio::test]
+async fn the_participants_a_prepare_named_survive_a_restart_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let list: Vec<protocol::ParticipantName> = ["inventory", "payments"]
+        .iter()
+        .map(|n| protocol::ParticipantName::new(*n).unwrap())
+        .collect();
+    let p = open(config(&dir));
+    let request = protocol::PrepareRequest {
+        participants: Some(list.clone()),
+        ..prepare("t1", 1, add("a", 1))
+    };
+    assert_eq!(p.prepare(request).await.unwrap(), Vote::Yes);
+    drop(p);
+    let p = open(config(&dir));
+    let status = p.with_engine(|e| e.attempt_status(&gtid("t1")));
+    assert_eq!(status.participants, Some(list), "{status:?}");
+    assert_eq!(status.txid.map(|t| t.to_string()), Some("t1".to_string()));
+}

@@ -96,7 +96,7 @@ impl<R: Resource> Engine<R> {
                 state: AttemptState::Prepared,
                 txid: Some(prepared.txid.clone()),
                 prepared_at_ms: Some(prepared.prepared_at_ms),
-                participants: None,
+                participants: prepared.participants.clone(),
             };
         }
         let state = match self.tombstones.get(gtid).map(|r| &r.ended) {

@@ -50,7 +50,7 @@ impl<R: Resource> Engine<R> {
             payload,
             started_at_ms,
             lock_wait_ms,
-            participants: _,
+            participants,
         } = request;
         if let Err(rejection) = check_owner(&gtid, &coordinator_id) {
             return vec![Command::Reply(Reply::Reject(rejection))];
@@ -66,7 +66,10 @@ impl<R: Resource> Engine<R> {
         };
         let mut commands = Vec::new();
         let reply = if let Some(queued) = self.waits.get_mut(&gtid) {
-            if queued.payload == payload {
+            if queued.payload == payload
+                && queued.txid == txid
+                && queued.participants == participants
+            {
                 // A duplicate of a prepare still queued: one queue entry, one outcome, told
                 // to both requests when it comes.
                 queued.requests.push(waiter);
@@ -75,18 +78,22 @@ impl<R: Resource> Engine<R> {
                 Some(Reply::Vote(Vote::No {
                     reason: format!(
                         "attempt {gtid} is already waiting here for a lock with a different \
-                         payload; the queued one stays"
+                         payload, client id or participant list; the queued one stays"
                     ),
                 }))
             }
         } else if let Some(prepared) = self.prepared.get(&gtid) {
-            let reply = if prepared.payload != payload {
+            let reply = if prepared.payload != payload
+                || prepared.txid != txid
+                || prepared.participants != participants
+            {
                 // One attempt, two payloads: a yes would promise to commit the new request
                 // while the old payload is what is staged and locked.
                 Reply::Vote(Vote::No {
                     reason: format!(
-                        "attempt {gtid} is already prepared here with a different payload; \
-                         the prepared one stays until the coordinator decides it"
+                        "attempt {gtid} is already prepared here with a different payload, \
+                         client id or participant list; the prepared one stays until the \
+                         coordinator decides it"
                     ),
                 })
             } else {
@@ -138,6 +145,7 @@ impl<R: Resource> Engine<R> {
                 lock_wait_ms,
                 waiter,
                 raised,
+                participants,
             };
             match self.prepare_fresh(attempt, payload, now_ms) {
                 Ok(Admitted::Prepared(record)) => {
@@ -195,6 +203,7 @@ impl<R: Resource> Engine<R> {
             lock_wait_ms,
             waiter,
             raised,
+            participants,
         } = fresh;
         if len > PAYLOAD_BYTES_MAX {
             return Err(Refusal::Reject(Rejection::PayloadTooLarge {
@@ -249,6 +258,7 @@ impl<R: Resource> Engine<R> {
                         digest,
                         staged,
                         keys,
+                        participants,
                         requests: vec![waiter],
                         arrived_at_ms: now_ms,
                         deadline_ms: now_ms.saturating_add(wait_ms),
@@ -273,6 +283,7 @@ impl<R: Resource> Engine<R> {
                 staged,
                 keys,
                 started_at_ms,
+                participants,
             },
             now_ms,
         )))
@@ -291,6 +302,7 @@ impl<R: Resource> Engine<R> {
             staged,
             keys,
             started_at_ms,
+            participants,
         } = holding;
         self.locks.take(&gtid, &keys);
         self.prepared.insert(
@@ -307,6 +319,7 @@ impl<R: Resource> Engine<R> {
                 keys,
                 prepared_at_ms: now_ms,
                 started_at_ms,
+                participants: participants.clone(),
                 next_ask_at_ms: now_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,
@@ -323,6 +336,7 @@ impl<R: Resource> Engine<R> {
             payload,
             prepared_at_ms: now_ms,
             started_at_ms: Some(started_at_ms),
+            participants,
         }
     }
 
@@ -542,6 +556,7 @@ pub(super) struct Holding<S> {
     pub staged: S,
     pub keys: Vec<String>,
     pub started_at_ms: u64,
+    pub participants: Option<Vec<protocol::ParticipantName>>,
 }
 
 /// An attempt seen here for the first time, with its payload's encoded size and digest.
@@ -557,6 +572,7 @@ struct Fresh<'a> {
     lock_wait_ms: Option<u64>,
     waiter: u64,
     raised: bool,
+    participants: Option<Vec<protocol::ParticipantName>>,
 }
 
 /// A fresh prepare that passed validation: prepared now, or queued for locks.

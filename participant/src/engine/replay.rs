@@ -25,6 +25,7 @@ pub(crate) struct LoggedPrepare {
     pub payload: serde_json::Value,
     pub prepared_at_ms: u64,
     pub started_at_ms: u64,
+    pub participants: Option<Vec<protocol::ParticipantName>>,
 }
 
 impl<R: Resource> Engine<R> {
@@ -59,6 +60,7 @@ impl<R: Resource> Engine<R> {
                 payload,
                 prepared_at_ms,
                 started_at_ms,
+                participants,
             } => {
                 if self.prepared.contains_key(&gtid) {
                     return Ok(());
@@ -75,6 +77,7 @@ impl<R: Resource> Engine<R> {
                     payload,
                     prepared_at_ms,
                     started_at_ms: started_at_ms.unwrap_or(prepared_at_ms),
+                    participants,
                 })?;
             }
             Record::Committed { gtid, at_ms, .. } => {
@@ -124,6 +127,7 @@ impl<R: Resource> Engine<R> {
             payload,
             prepared_at_ms,
             started_at_ms,
+            participants,
         } = logged;
         let staged = self
             .resource
@@ -153,6 +157,7 @@ impl<R: Resource> Engine<R> {
                 keys,
                 prepared_at_ms,
                 started_at_ms,
+                participants,
                 next_ask_at_ms: prepared_at_ms.saturating_add(self.config.in_doubt_after_ms),
                 asks: 0,
                 asking: false,

@@ -145,6 +145,8 @@ pub struct PreparedTx<S> {
     /// Its place in the lock-wait order (the coordinator's start time, or the prepare's
     /// arrival here when the coordinator sent none); logged so a restart keeps it.
     pub started_at_ms: u64,
+    /// Every participant the attempt named, as its prepare said (`None`: not sent).
+    pub participants: Option<Vec<protocol::ParticipantName>>,
     pub(super) next_ask_at_ms: u64,
     pub(super) asks: u32,
     pub(super) asking: bool,

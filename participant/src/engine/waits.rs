@@ -37,6 +37,7 @@ pub(crate) struct Waiter<S> {
     pub digest: Digest,
     pub staged: S,
     pub keys: Vec<String>,
+    pub participants: Option<Vec<protocol::ParticipantName>>,
     /// The requests to answer: the first prepare and any duplicate that came while it waited.
     pub requests: Vec<u64>,
     pub arrived_at_ms: u64,
@@ -262,6 +263,7 @@ impl<R: Resource> Engine<R> {
             digest,
             staged,
             keys,
+            participants,
             requests,
             ..
         } = waiter;
@@ -277,6 +279,7 @@ impl<R: Resource> Engine<R> {
                 staged,
                 keys,
                 started_at_ms: order.0,
+                participants,
             },
             now_ms,
         );
