@@ -323,3 +323,12 @@ fn saga_invariants_hold_on_every_seed() {
     // Every fate and both kinds of crash happened: the runs are not vacuous.
     assert!(totals.iter().all(|n| *n > 0), "{totals:?}");
 }
+
+#[test]
+fn a_fenced_run_that_never_raises_its_epoch_is_caught() {
+    // Issue 24, item 3: after a restore, participants holding the restored run's epoch under
+    // the lost run ignored its answers; in doubt for ever without a restart.
+    let failure = first_catch(Mutation::NoEpochRaise);
+    eprintln!("{failure}");
+    assert_eq!(failure.invariant, "liveness", "{failure}");
+}

@@ -871,7 +871,8 @@ impl CoordinatorNode {
                         | Mutation::ResolveWithoutEvidence
                         | Mutation::NoEpochBound
                         | Mutation::BehindFromQuery
-                        | Mutation::UncheckedClaim => VoteKind::Timeout,
+                        | Mutation::UncheckedClaim
+                        | Mutation::NoEpochRaise => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }
@@ -926,6 +927,10 @@ impl CoordinatorNode {
                 self.disk.append(record);
                 self.schedule_sync(io);
             }
+            Command::AppendEpoch(_) if io.mutation == Mutation::NoEpochRaise => {
+                // The mutation: the evidence is marked, the epoch stays where it was.
+                io.note(|| "coordinator does not raise its epoch (mutation)".to_string());
+            }
             Command::AppendEpoch(raised) => {
                 io.note(|| format!("coordinator raises its epoch to {}", raised.epoch));
                 let seq = self.disk.append(LogRecord::Epoch(raised.clone()));
@@ -955,7 +960,8 @@ impl CoordinatorNode {
                     | Mutation::ResolveWithoutEvidence
                     | Mutation::NoEpochBound
                     | Mutation::BehindFromQuery
-                    | Mutation::UncheckedClaim => {
+                    | Mutation::UncheckedClaim
+                    | Mutation::NoEpochRaise => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }

@@ -65,6 +65,10 @@ pub enum Mutation {
     /// own identity (a gtid of another id, one not given out yet), and the answer a
     /// resolution gives outranks the outcome index.
     UncheckedClaim,
+    /// The old restore of issue 24: a run fenced out by participants that hold its epoch
+    /// under another run never raises it, so its answers and resolutions are ignored there
+    /// until someone restarts it.
+    NoEpochRaise,
 }
 
 /// The shape of one run.
