@@ -263,7 +263,7 @@ async fn saga_op_status<R: Resource>(
     op_id: Result<Path<String>, PathRejection>,
 ) -> Result<axum::Json<OpStatusResponse>, ApiError> {
     let op_id = path_param(op_id)?;
-    Ok(axum::Json(participant.saga_op_status(&op_id)))
+    Ok(axum::Json(participant.saga_op_status(&op_id).await?))
 }
 
 async fn prepared<R: Resource>(

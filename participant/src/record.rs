@@ -92,9 +92,9 @@ pub enum Record {
         receipt: serde_json::Value,
         at_ms: u64,
     },
-    /// A barrier (type 21) before a fenced write's answer that rests on earlier records (a
-    /// repeated op id, or a stale-token refusal): forced, so the answer leaves only once they
-    /// are durable. Replay ignores it.
+    /// A barrier (type 21) before an answer that rests on earlier records (a fenced write's
+    /// repeated op id or stale-token refusal; a repeated saga op or a saga op's status):
+    /// forced, so the answer leaves only once they are durable. Replay ignores it.
     FencedRepeat { op_id: String },
 }
 

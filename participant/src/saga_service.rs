@@ -1,11 +1,13 @@
 //! The saga routes' shell (issue 13): runs one op through the engine's barrier under the
 //! engine mutex, submits its record forced under that mutex (log order = engine order), and
-//! answers only once the record is durable.
+//! answers only once the record is durable. Repeats and status questions answered from the
+//! barrier in memory wait behind a forced barrier record, as the 2PC duplicate paths do.
 
-use protocol::saga::{OpKind, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
+use protocol::saga::{OpKind, OpStatus, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
 
 use crate::crash::{self, crash_point};
 use crate::engine::saga::SagaStepped;
+use crate::record::Record;
 use crate::resource::Resource;
 use crate::service::{Participant, RequestError, now_ms};
 
@@ -32,23 +34,20 @@ impl<R: Resource> Participant<R> {
             })
             .into());
         }
-        let (answer, ticket) = {
+        let (answer, ticket, fresh) = {
             let mut state = self.lock();
             match state.engine.saga_op(kind, &request, now_ms()) {
                 SagaStepped::Busy(why) => return Err(SagaOpError::Busy(why)),
                 SagaStepped::Answer { answer, record } => {
-                    let ticket = record.map(|record| self.submit_counted(&mut state, &record));
-                    (answer, ticket)
+                    let fresh = record.is_some();
+                    // A repeat is answered from the barrier in memory, whose first record may
+                    // still be in flight: the answer waits behind a forced barrier record.
+                    let record = record.unwrap_or_else(|| repeat_barrier(&request.op_id));
+                    (answer, self.submit_counted(&mut state, &record), fresh)
                 }
             }
         };
-        let fresh = ticket.is_some();
-        if let Some(ticket) = ticket {
-            ticket.wait().await.map_err(|e| {
-                self.fail(&e);
-                RequestError::LogFailed(e)
-            })?;
-        }
+        self.wait_durable(ticket).await?;
         if fresh && kind == OpKind::Action && matches!(answer, SagaOpAnswer::Done { .. }) {
             crash_point(crash::SAGA_AFTER_ACTION_APPLIED);
         }
@@ -56,8 +55,35 @@ impl<R: Resource> Participant<R> {
         Ok(answer)
     }
 
-    /// `GET /saga/ops/{op_id}`.
-    pub fn saga_op_status(&self, op_id: &str) -> OpStatusResponse {
-        self.lock().engine.saga_op_status(op_id)
+    /// `GET /saga/ops/{op_id}`. An op the barrier holds is told only once everything logged
+    /// before the question is durable: the coordinator completes (or compensates) a saga on
+    /// this answer, so it must not rest on a record a power cut can still take back.
+    pub async fn saga_op_status(&self, op_id: &str) -> Result<OpStatusResponse, RequestError> {
+        let (status, ticket) = {
+            let mut state = self.lock();
+            let status = state.engine.saga_op_status(op_id);
+            let ticket = (status.status != OpStatus::NotFound)
+                .then(|| self.submit_counted(&mut state, &repeat_barrier(op_id)));
+            (status, ticket)
+        };
+        if let Some(ticket) = ticket {
+            self.wait_durable(ticket).await?;
+        }
+        Ok(status)
+    }
+
+    async fn wait_durable(&self, ticket: wal::AppendTicket) -> Result<(), RequestError> {
+        ticket.wait().await.map(drop).map_err(|e| {
+            self.fail(&e);
+            RequestError::LogFailed(e)
+        })
+    }
+}
+
+/// A forced record that carries nothing but its place in the log: once it is durable, so is
+/// every record before it (the first answer's among them). Replay ignores it.
+fn repeat_barrier(op_id: &str) -> Record {
+    Record::FencedRepeat {
+        op_id: op_id.to_string(),
     }
 }

@@ -50,13 +50,16 @@ async fn an_action_applies_once_and_its_compensation_undoes_it_once() {
         .unwrap();
     assert_eq!(again, first, "a duplicate answers the first answer");
     assert_eq!(stock(&p), 7, "and applies nothing again");
-    assert_eq!(p.saga_op_status("s1:reserve:action").status, OpStatus::Done);
+    assert_eq!(
+        p.saga_op_status("s1:reserve:action").await.unwrap().status,
+        OpStatus::Done
+    );
     let undo = op("s1", "reserve", OpKind::Compensation, take(-3));
     p.saga_op(OpKind::Compensation, undo.clone()).await.unwrap();
     p.saga_op(OpKind::Compensation, undo).await.unwrap();
     assert_eq!(stock(&p), 10);
     assert_eq!(
-        p.saga_op_status("s1:reserve:action").status,
+        p.saga_op_status("s1:reserve:action").await.unwrap().status,
         OpStatus::Compensated
     );
     // After a restart (log replay), the same state and the same answers.
@@ -97,7 +100,7 @@ async fn a_compensation_before_its_action_is_null_and_the_late_action_is_refused
     );
     assert_eq!(stock(&p), 10, "the hanging action applied nothing");
     assert_eq!(
-        p.saga_op_status("s2:charge:action").status,
+        p.saga_op_status("s2:charge:action").await.unwrap().status,
         OpStatus::Compensated
     );
     p.close();
@@ -127,14 +130,17 @@ async fn a_failed_action_is_remembered_and_its_compensation_is_null() {
         .unwrap();
     assert!(matches!(failed, SagaOpAnswer::Failed { .. }), "{failed:?}");
     assert_eq!(
-        p.saga_op_status("s3:reserve:action").status,
+        p.saga_op_status("s3:reserve:action").await.unwrap().status,
         OpStatus::Failed
     );
     assert_eq!(
-        p.saga_op_status("s3:nothing:action").status,
+        p.saga_op_status("s3:nothing:action").await.unwrap().status,
         OpStatus::NotFound
     );
-    assert_eq!(p.saga_op_status("garbage").status, OpStatus::NotFound);
+    assert_eq!(
+        p.saga_op_status("garbage").await.unwrap().status,
+        OpStatus::NotFound
+    );
     let null = p
         .saga_op(
             OpKind::Compensation,
