@@ -142,3 +142,53 @@ async fn a_holder_paused_past_its_ttl_loses_its_delayed_write_to_the_next_holder
         "{stored}"
     );
 }
+
+/// Issue 25, item 4: a second write under an op id already used is 409 `op_id_conflict` and
+/// writes nothing; a true retry (the same write) still gets the first answer, also after a
+/// restart. On f10b795 the second write got the first one's receipt (`"key":"op-a"`) with 200
+/// and `op-b` was never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_op_id_is_refused_and_never_hands_out_another_writes_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = participant(plain(), dir.path(), None);
+    let put = |p: &Node, key: &str, value: &str, token: u64| {
+        let body = serde_json::json!({"value": value, "op_id": "dup-op",
+            "fence": {"resource": "r", "token": token}});
+        p.http().put(format!("{}/v1/kv/{key}", p.url())).json(&body)
+    };
+    let (status, first) = send(put(&p, "op-a", "x", 1)).await.unwrap();
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        first["key"], "op-a",
+        "the receipt names what was written: {first}"
+    );
+    for (key, value, token) in [("op-b", "x", 1), ("op-a", "y", 1), ("op-a", "x", 2)] {
+        let (status, body) = send(put(&p, key, value, token)).await.unwrap();
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (409, Some("op_id_conflict")),
+            "{key}={value} under token {token}: {body}"
+        );
+    }
+    let get = |p: &Node, key: &str| p.http().get(format!("{}/v1/kv/{key}", p.url()));
+    let (status, _) = send(get(&p, "op-b")).await.unwrap();
+    assert_eq!(status, 404, "op-b was never written");
+    // A retry of the very write is the same answer, before and after a restart.
+    for restarted in [false, true] {
+        if restarted {
+            blocking(|| {
+                p.kill();
+                p.restart();
+                p.wait_ready(Duration::from_secs(30))
+            })
+            .unwrap();
+        }
+        let (status, again) = send(put(&p, "op-a", "x", 1)).await.unwrap();
+        assert_eq!((status, &again), (200, &first), "restarted: {restarted}");
+        let (status, body) = send(put(&p, "op-b", "x", 1)).await.unwrap();
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (409, Some("op_id_conflict"))
+        );
+    }
+}

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use protocol::digest::Digest;
 use protocol::lease::{FenceClaim, OP_ID_LEN_MAX, check_lease_id};
 use serde::{Deserialize, Serialize};
 
@@ -58,14 +59,37 @@ impl FencedWrite {
         protocol::ids::check_id("op_id", &self.op_id, OP_ID_LEN_MAX)?;
         check_lease_id("fence resource", &self.fence.resource)
     }
+
+    /// What the write is, for telling a retry of it from another write under its op id.
+    pub fn digest(&self) -> Digest {
+        written_digest(&self.fence.resource, self.fence.token, &self.payload)
+    }
 }
 
-/// Highest accepted token per fenced resource, and the first answer per fenced-write op id.
+/// The digest of a fenced write: its resource, token and payload.
+pub fn written_digest(resource: &str, token: u64, payload: &serde_json::Value) -> Digest {
+    Digest::of_payload(&serde_json::json!({
+        "resource": resource,
+        "token": token,
+        "payload": payload,
+    }))
+}
+
+/// Highest accepted token per fenced resource, and the first answer per fenced-write op id
+/// with the digest of the write it answered.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fences {
     highest: BTreeMap<String, u64>,
     answers: BTreeMap<String, FencedAnswer>,
+    /// What each answered op wrote ([`FencedWrite::digest`]); absent in snapshots written
+    /// before op ids were checked against the write (their repeats get the first answer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    digests: BTreeMap<String, Digest>,
 }
+
+/// An op id reused for another write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpIdReused;
 
 impl Fences {
     /// The highest token accepted for `resource` (none yet: `None`).
@@ -101,8 +125,21 @@ impl Fences {
         self.answers.get(op_id)
     }
 
-    /// Keeps the first answer to `op_id` (a later one never replaces it).
-    pub fn remember(&mut self, op_id: &str, answer: FencedAnswer) {
+    /// The first answer to `op_id` when `digest` is the write it answered; `Err` when the op
+    /// id answered another write (a reused op id must not hand out someone else's receipt).
+    pub fn repeat(&self, op_id: &str, digest: Digest) -> Result<Option<&FencedAnswer>, OpIdReused> {
+        let Some(answer) = self.answers.get(op_id) else {
+            return Ok(None);
+        };
+        match self.digests.get(op_id) {
+            Some(first) if *first != digest => Err(OpIdReused),
+            _ => Ok(Some(answer)),
+        }
+    }
+
+    /// Keeps the first answer to `op_id`, and what it wrote (a later one never replaces it).
+    pub fn remember(&mut self, op_id: &str, digest: Digest, answer: FencedAnswer) {
+        self.digests.entry(op_id.to_string()).or_insert(digest);
         self.answers.entry(op_id.to_string()).or_insert(answer);
     }
 
@@ -183,15 +220,20 @@ mod tests {
             token: 1,
             receipt: json!({"version": 1}),
         };
-        fences.remember("w-1", first.clone());
+        let digest = Digest(1);
+        fences.remember("w-1", digest, first.clone());
         fences.remember(
             "w-1",
+            Digest(2),
             FencedAnswer::Applied {
                 token: 2,
                 receipt: json!(null),
             },
         );
         assert_eq!(fences.answer("w-1"), Some(&first));
+        assert_eq!(fences.repeat("w-1", digest), Ok(Some(&first)));
+        assert_eq!(fences.repeat("w-1", Digest(2)), Err(OpIdReused));
+        assert_eq!(fences.repeat("w-2", Digest(2)), Ok(None));
     }
 
     #[test]

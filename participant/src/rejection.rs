@@ -48,6 +48,11 @@ pub enum Rejection {
     PayloadTooLarge { len: usize, max: usize },
     #[error("key {key:?} is locked by prepared transaction {holder}; retry after its decision")]
     KeyLocked { key: String, holder: GlobalTxId },
+    #[error(
+        "op_id {op_id:?} was already used for another write (another key, value, resource or \
+         token); its answer is not this write's: use a new op id for a new write"
+    )]
+    OpIdConflict { op_id: String },
 }
 
 impl Rejection {
@@ -66,7 +71,8 @@ impl Rejection {
             | Rejection::ForeignAttempt { .. }
             | Rejection::InvalidPayload(_)
             | Rejection::PayloadTooLarge { .. }
-            | Rejection::KeyLocked { .. } => None,
+            | Rejection::KeyLocked { .. }
+            | Rejection::OpIdConflict { .. } => None,
         }
     }
 
@@ -80,6 +86,7 @@ impl Rejection {
             Rejection::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Rejection::KeyLocked { .. } => ErrorCode::KeyLocked,
             Rejection::EpochTooHigh { .. } => ErrorCode::EpochTooHigh,
+            Rejection::OpIdConflict { .. } => ErrorCode::OpIdConflict,
         }
     }
 }

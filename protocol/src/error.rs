@@ -84,6 +84,9 @@ pub enum ErrorCode {
     /// A fenced write whose token is lower than one already accepted for its resource (the
     /// body carries `highest`).
     StaleToken,
+    /// A fenced write under an op id already used for another write (another key, value,
+    /// resource or token): the first write's answer is not this one's.
+    OpIdConflict,
     /// A fenced write to a key that a prepared transaction holds; retry after its decision.
     KeyLocked,
     /// Recovery has not finished.
@@ -147,6 +150,7 @@ impl ErrorCode {
             ErrorCode::LeaseLost => 409,
             ErrorCode::InvalidTtl => 422,
             ErrorCode::StaleToken => 409,
+            ErrorCode::OpIdConflict => 409,
             ErrorCode::KeyLocked => 409,
             ErrorCode::NotReady => 503,
             ErrorCode::LogFailed => 503,
@@ -196,6 +200,7 @@ impl ErrorCode {
             ErrorCode::LeaseLost => "lease_lost",
             ErrorCode::InvalidTtl => "invalid_ttl",
             ErrorCode::StaleToken => "stale_token",
+            ErrorCode::OpIdConflict => "op_id_conflict",
             ErrorCode::KeyLocked => "key_locked",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
@@ -284,6 +289,7 @@ mod tests {
             ErrorCode::LeaseLost,
             ErrorCode::InvalidTtl,
             ErrorCode::StaleToken,
+            ErrorCode::OpIdConflict,
             ErrorCode::KeyLocked,
             ErrorCode::NotReady,
             ErrorCode::LogFailed,

@@ -218,7 +218,7 @@ fn error_codes(doc: &Value, response: &Value) -> Option<BTreeSet<String>> {
 }
 
 /// Codes only participants answer with (docs/participants.md): never in a coordinator answer.
-const PARTICIPANT_ONLY: [ErrorCode; 7] = [
+const PARTICIPANT_ONLY: [ErrorCode; 8] = [
     ErrorCode::StaleEpoch,
     ErrorCode::NotPrepared,
     ErrorCode::IncarnationConflict,
@@ -226,6 +226,7 @@ const PARTICIPANT_ONLY: [ErrorCode; 7] = [
     ErrorCode::StaleToken,
     ErrorCode::KeyLocked,
     ErrorCode::EpochTooHigh,
+    ErrorCode::OpIdConflict,
 ];
 
 #[test]

@@ -6,7 +6,7 @@ use protocol::lease::FenceClaim;
 
 use super::phases::dedup;
 use super::{Command, Engine, ReplayError, Reply};
-use crate::fence::{FencedAnswer, FencedWrite, lock_key};
+use crate::fence::{FencedAnswer, FencedWrite, OpIdReused, lock_key};
 use crate::record::Record;
 use crate::rejection::Rejection;
 use crate::resource::Resource;
@@ -31,10 +31,17 @@ fn barrier(op_id: String, reply: Reply) -> Vec<Command> {
 
 impl<R: Resource> Engine<R> {
     pub(super) fn fenced_write(&mut self, write: FencedWrite, now_ms: u64) -> Vec<Command> {
-        if let Some(first) = self.fences.answer(&write.op_id) {
+        let digest = write.digest();
+        match self.fences.repeat(&write.op_id, digest) {
             // The first answer's record (or the state a refusal read) may still be in flight:
             // the repeat waits behind a forced barrier.
-            return barrier(write.op_id, Reply::Fenced(first.clone()));
+            Ok(Some(first)) => return barrier(write.op_id, Reply::Fenced(first.clone())),
+            Ok(None) => {}
+            Err(OpIdReused) => {
+                return vec![Command::Reply(Reply::Reject(Rejection::OpIdConflict {
+                    op_id: write.op_id,
+                }))];
+            }
         }
         let staged = match self.resource.parse(&write.payload) {
             Ok(staged) => staged,
@@ -49,7 +56,7 @@ impl<R: Resource> Engine<R> {
             // durable (the barrier): the highest never falls after that, so a repeat is
             // refused again even after a restart forgot this answer.
             let answer = FencedAnswer::Stale(stale);
-            self.fences.remember(&write.op_id, answer.clone());
+            self.fences.remember(&write.op_id, digest, answer.clone());
             return barrier(write.op_id, Reply::Fenced(answer));
         }
         let written = self.resource.lock_keys(&staged);
@@ -75,7 +82,7 @@ impl<R: Resource> Engine<R> {
             token: write.fence.token,
             receipt: receipt.clone(),
         };
-        self.fences.remember(&write.op_id, answer.clone());
+        self.fences.remember(&write.op_id, digest, answer.clone());
         vec![
             Command::Log {
                 record: Record::FencedWrite {
@@ -113,10 +120,11 @@ impl<R: Resource> Engine<R> {
                 reason: e.0,
             })?;
         self.resource.apply(staged);
+        let digest = crate::fence::written_digest(&resource, token, payload);
         let claim = FenceClaim { resource, token };
         self.fences.accept(&claim);
         self.fences
-            .remember(&op_id, FencedAnswer::Applied { token, receipt });
+            .remember(&op_id, digest, FencedAnswer::Applied { token, receipt });
         Ok(())
     }
 }
