@@ -95,6 +95,10 @@ pub struct Engine {
     archive_generation: u64,
     /// Attempts operators resolved by hand, and the audit trail.
     operator: OperatorState,
+    /// Operator actions whose records are submitted and not yet durable (applied to
+    /// `operator` only once durable, so nothing shows them before): a checkpoint taken
+    /// meanwhile covers their records, so its copy includes them.
+    audit_in_flight: Vec<protocol::operator::AuditEntry>,
 }
 
 impl Engine {
@@ -118,6 +122,7 @@ impl Engine {
             loads: Loads::default(),
             archive_generation: 0,
             operator: OperatorState::default(),
+            audit_in_flight: Vec::new(),
         }
     }
 

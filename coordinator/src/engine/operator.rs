@@ -156,15 +156,36 @@ impl OperatorState {
 impl super::Engine {
     /// Applies an operator action whose audit record is durable (live, and in replay).
     pub fn apply_audit(&mut self, entry: AuditEntry) {
+        self.audit_in_flight.retain(|e| e.seq != entry.seq);
         let clears = matches!(entry.action, AuditAction::ClearBehind { .. });
         if self.operator.apply(entry) && clears {
             self.clear_behind();
         }
     }
 
-    /// The sequence number the next operator action gets.
+    /// The sequence number the next operator action gets (after those still in flight).
     pub fn next_audit_seq(&self) -> u64 {
-        self.operator.next_seq()
+        let after_in_flight = self.audit_in_flight.iter().map(|e| e.seq + 1).max();
+        self.operator.next_seq().max(after_in_flight.unwrap_or(0))
+    }
+
+    /// An operator action's record was submitted to the log under the engine lock; it is
+    /// applied (`apply_audit`) once durable, and a checkpoint taken before that includes it.
+    pub fn audit_submitted(&mut self, entry: AuditEntry) {
+        self.audit_in_flight.push(entry);
+    }
+
+    /// The operator state a checkpoint covers: what is applied, plus the actions whose
+    /// records are in the log ahead of the checkpoint but not yet durable; and whether one of
+    /// them clears the log-behind mark.
+    pub(super) fn operator_covered(&self) -> (OperatorSnapshot, bool) {
+        let mut covered = self.operator.clone();
+        let mut clears = false;
+        for entry in &self.audit_in_flight {
+            clears |= matches!(entry.action, AuditAction::ClearBehind { .. });
+            covered.apply(entry.clone());
+        }
+        (covered.snapshot(), clears)
     }
 
     /// The attempt of `txid` an operator resolved last, if any.

@@ -163,7 +163,10 @@ impl Engine {
             // Filled in by the lease service, under its own lock (`Core::checkpoint`).
             leases: Default::default(),
         };
-        let operator = self.operator.snapshot();
+        let (operator, clears_behind) = self.operator_covered();
+        if clears_behind {
+            snapshot.behind = None;
+        }
         snapshot.resolved = operator.resolved;
         snapshot.audit = operator.audit;
         snapshot.audit_next_seq = operator.next_seq;

@@ -38,10 +38,12 @@ impl Core {
                     .cloned()
                     .unwrap_or_else(|| self.identity()),
             );
-            // Under both locks (2PC engine first): the copy matches the records before it.
-            snapshot.sagas = self.sagas.lock().snapshot();
-            // Both locks held (engine first) until the checkpoint is submitted: the copy
-            // reflects every lease record submitted before it, and none after.
+            // Every engine submits its records under its own lock, so holding all three
+            // (2PC engine, sagas, leases, in that order) until the checkpoint is submitted
+            // makes one cut: each copy reflects every record before the checkpoint's covered
+            // sequence number and none after (docs/recovery.md, "Checkpoints").
+            let sagas = self.sagas.lock();
+            snapshot.sagas = sagas.snapshot();
             let leases = self.leases.lock();
             snapshot.leases = leases.snapshot();
             let size = Arc::clone(&bytes);
@@ -51,6 +53,7 @@ impl Core {
                 Ok(encoded)
             });
             drop(leases);
+            drop(sagas);
             ticket
         };
         let seq = ticket.wait().await?;

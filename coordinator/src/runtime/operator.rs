@@ -493,7 +493,7 @@ impl Core {
         action: AuditAction,
     ) -> Result<AuditEntry, OperatorError> {
         let (entry, ticket) = {
-            let engine = self.lock_engine();
+            let mut engine = self.lock_engine();
             let entry = AuditEntry {
                 seq: engine.next_audit_seq(),
                 at_ms: now_ms(),
@@ -507,6 +507,9 @@ impl Core {
                 record.encode(),
                 Durability::Forced,
             );
+            // Under the engine lock, as the record was submitted: a checkpoint sees both or
+            // neither.
+            engine.audit_submitted(entry.clone());
             (entry, ticket)
         };
         ticket
