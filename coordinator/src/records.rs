@@ -78,6 +78,19 @@ pub enum SagaRecord {
     End(SagaEndRecord),
 }
 
+impl SagaRecord {
+    /// The saga the record is about.
+    pub fn saga_id(&self) -> &TxId {
+        match self {
+            SagaRecord::Begin(r) => &r.id,
+            SagaRecord::StepStarted(r) => &r.id,
+            SagaRecord::StepOutcome(r) => &r.id,
+            SagaRecord::TimedOut(r) => &r.id,
+            SagaRecord::End(r) => &r.id,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SagaBeginRecord {
     pub id: TxId,

@@ -1,6 +1,7 @@
 //! The async shell around the saga engine: it steps the engine under its lock, submits the
-//! records it returns to the log (forced), and only once they are durable executes the rest
-//! (sends to participants, op queries, timers, replies), feeding answers back as events.
+//! records it returns to the log (forced), and only once they are durable tells the engine so
+//! (`SagaEvent::Durable`) and executes the rest (sends to participants, op queries, timers,
+//! replies), feeding answers back as events.
 //!
 //! Lock order: the 2PC engine's lock before the saga table's (the checkpoint takes both);
 //! nothing here takes the 2PC engine's lock.
@@ -181,6 +182,7 @@ impl Core {
         let mut tickets = Vec::new();
         let mut actions = Vec::new();
         let mut outcome_logged = false;
+        let mut logged = Vec::new();
         {
             let mut engine = self.sagas.lock();
             for command in engine.step(event) {
@@ -188,6 +190,9 @@ impl Core {
                     SagaCommand::Append(record) => {
                         outcome_logged |=
                             matches!(record, LogRecord::Saga(SagaRecord::StepOutcome(_)));
+                        if let LogRecord::Saga(saga) = &record {
+                            logged.push(saga.saga_id().clone());
+                        }
                         tickets.push(self.wal.submit(
                             RecordType(record.record_type()),
                             record.encode(),
@@ -219,6 +224,15 @@ impl Core {
             }
             if outcome_logged {
                 crash_point!("coordinator::saga_after_outcome_logged");
+            }
+            // Durability is an event for the engine: reads show these records, and the
+            // submits held for them are answered, only from now on (before this step's own
+            // replies, so a client told 202 finds its saga with GET).
+            if !logged.is_empty() {
+                core.apply_saga(SagaEvent::Durable {
+                    ids: logged,
+                    now_ms: now_ms(),
+                });
             }
             for action in actions {
                 core.execute_saga(action);

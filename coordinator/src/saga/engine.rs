@@ -5,7 +5,10 @@
 //! Durability: every record comes out as `SagaCommand::Append`, and the shell makes each one
 //! durable before it executes any later command of the same step (a send, a reply). A record is
 //! applied to the table by the same `absorb` that replay uses, so a restarted coordinator holds
-//! exactly the table the log describes.
+//! exactly the table the log describes. Applied is not durable: the shell reports durability
+//! as an event (`SagaEvent::Durable`), and until a saga's records are all durable, a repeated
+//! submit of it waits and every read (`get`, `list`, `counts`) shows the saga as of its last
+//! durable record, as the 2PC engine answers only from `DecisionDurable`.
 //!
 //! It must never do I/O or read a clock.
 
@@ -95,6 +98,11 @@ pub enum SagaEvent {
     Recovered {
         now_ms: u64,
     },
+    /// The records of one step are durable: one id per record, as appended.
+    Durable {
+        ids: Vec<TxId>,
+        now_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +187,24 @@ pub struct Saga {
     /// Consecutive failures of the current operation, for the backoff.
     #[serde(skip)]
     pub failures: u32,
+    /// Records applied here whose durability the shell has not reported yet.
+    #[serde(skip)]
+    pub unsynced: u32,
+    /// Repeated submits that wait for those records before they are answered.
+    #[serde(skip)]
+    held: Vec<HeldSubmit>,
+    /// This saga as of its last durable record: what reads show (`None`: its begin is not
+    /// durable yet, so it is not shown at all).
+    #[serde(skip)]
+    shown: Option<Box<Saga>>,
+}
+
+/// A submit of a known saga, answered once the saga's records are durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeldSubmit {
+    waiter: WaiterId,
+    wait: SagaWait,
+    digest: Digest,
 }
 
 impl Saga {
@@ -194,7 +220,21 @@ impl Saga {
             busy: Busy::Idle,
             waiters: Vec::new(),
             failures: 0,
+            unsynced: 0,
+            held: Vec::new(),
+            shown: None,
         }
+    }
+
+    /// Everything applied is durable now: reads show this state.
+    fn show_as_durable(&mut self) {
+        let previous = self.shown.take();
+        let held = std::mem::take(&mut self.held);
+        let waiters = std::mem::take(&mut self.waiters);
+        drop(previous);
+        self.shown = Some(Box::new(self.clone()));
+        self.held = held;
+        self.waiters = waiters;
     }
 
     /// This saga without what only a running process has (in flight, waiters, backoff).
@@ -203,7 +243,15 @@ impl Saga {
             busy: Busy::Idle,
             waiters: Vec::new(),
             failures: 0,
-            ..self.clone()
+            unsynced: 0,
+            held: Vec::new(),
+            shown: None,
+            begin: self.begin.clone(),
+            facts: self.facts.clone(),
+            progress: self.progress.clone(),
+            timed_out: self.timed_out,
+            successes: self.successes,
+            ended: self.ended.clone(),
         }
     }
 
@@ -386,31 +434,90 @@ impl SagaEngine {
                 engine.absorb(record);
             }
         }
+        // Everything replayed is durable.
+        for saga in engine.sagas.values_mut() {
+            saga.show_as_durable();
+        }
         engine
     }
 
     fn absorb(&mut self, record: &SagaRecord) {
-        let id = match record {
-            SagaRecord::Begin(begin) => {
-                self.sagas
-                    .entry(begin.id.clone())
-                    .or_insert_with(|| Saga::new(begin.clone()));
-                return;
-            }
-            SagaRecord::StepStarted(r) => &r.id,
-            SagaRecord::StepOutcome(r) => &r.id,
-            SagaRecord::TimedOut(r) => &r.id,
-            SagaRecord::End(r) => &r.id,
-        };
-        if let Some(saga) = self.sagas.get_mut(id) {
+        if let SagaRecord::Begin(begin) = record {
+            self.sagas
+                .entry(begin.id.clone())
+                .or_insert_with(|| Saga::new(begin.clone()));
+            return;
+        }
+        if let Some(saga) = self.sagas.get_mut(record.saga_id()) {
             saga.absorb(record);
         }
     }
 
-    /// Absorbs `record` and emits its append.
+    /// Absorbs `record` and emits its append; the saga counts it unsynced until the shell
+    /// reports it durable (`SagaEvent::Durable`).
     fn log(&mut self, record: SagaRecord, out: &mut Vec<SagaCommand>) {
         self.absorb(&record);
+        if let Some(saga) = self.sagas.get_mut(record.saga_id()) {
+            saga.unsynced += 1;
+        }
         out.push(SagaCommand::Append(LogRecord::Saga(record)));
+    }
+
+    /// Records of `ids` are durable: a saga with nothing left unsynced is shown as it stands,
+    /// and the submits held for it are answered.
+    fn records_durable(&mut self, ids: Vec<TxId>, now_ms: u64, out: &mut Vec<SagaCommand>) {
+        let mut settled = Vec::new();
+        for id in ids {
+            let Some(saga) = self.sagas.get_mut(&id) else {
+                continue;
+            };
+            assert!(
+                saga.unsynced > 0,
+                "saga {id}: a durable record it never logged"
+            );
+            saga.unsynced -= 1;
+            if saga.unsynced == 0 {
+                saga.show_as_durable();
+                settled.push(id);
+            }
+        }
+        for id in settled {
+            let held = self
+                .sagas
+                .get_mut(&id)
+                .map(|saga| std::mem::take(&mut saga.held))
+                .unwrap_or_default();
+            for submit in held {
+                self.answer_repeat(&id, submit, now_ms, out);
+            }
+        }
+    }
+
+    /// A submit of a saga the table holds, all of whose records are durable.
+    fn answer_repeat(
+        &mut self,
+        id: &TxId,
+        submit: HeldSubmit,
+        now_ms: u64,
+        out: &mut Vec<SagaCommand>,
+    ) {
+        let Some(saga) = self.sagas.get_mut(id) else {
+            return;
+        };
+        let reply = if saga.begin.digest != submit.digest {
+            SagaReply::Conflict(id.clone())
+        } else if submit.wait == SagaWait::Accepted {
+            SagaReply::Accepted(saga.view(now_ms))
+        } else if saga.ended.is_some() {
+            SagaReply::Saga(saga.view(now_ms))
+        } else {
+            saga.waiters.push(submit.waiter);
+            return;
+        };
+        out.push(SagaCommand::Reply {
+            waiter: submit.waiter,
+            reply,
+        });
     }
 
     /// The checkpoint's copy: only what the log holds (nothing in flight, no waiters).
@@ -418,8 +525,14 @@ impl SagaEngine {
         self.sagas.values().map(Saga::durable).collect()
     }
 
+    /// The saga as of its last durable record (reads never show what a crash can take back).
     pub fn get(&self, id: &TxId) -> Option<&Saga> {
-        self.sagas.get(id)
+        self.sagas.get(id).and_then(|saga| saga.shown.as_deref())
+    }
+
+    /// Every saga as of its last durable record.
+    fn shown(&self) -> impl Iterator<Item = &Saga> {
+        self.sagas.values().filter_map(|saga| saga.shown.as_deref())
     }
 
     /// Stuck first (needs_attention, compensating, running), then ended; oldest first within.
@@ -432,8 +545,7 @@ impl SagaEngine {
             SagaState::Completed => 4,
         };
         let mut found: Vec<(u8, u64, &Saga)> = self
-            .sagas
-            .values()
+            .shown()
             .map(|saga| (saga.state(), saga))
             .filter(|(s, _)| state.is_none_or(|wanted| wanted == *s))
             .map(|(s, saga)| (rank(s), saga.begin.created_at_ms, saga))
@@ -449,8 +561,7 @@ impl SagaEngine {
     /// How many sagas are in each state (metrics).
     /// Steps whose compensation keeps failing, over every saga not ended.
     pub fn compensations_failing(&self) -> u64 {
-        self.sagas
-            .values()
+        self.shown()
             .filter(|s| s.ended.is_none())
             .flat_map(|s| &s.facts)
             .filter(|f| matches!(f, Fact::CompensationFailing { .. }))
@@ -465,7 +576,7 @@ impl SagaEngine {
     pub fn counts(&self) -> BTreeMap<SagaState, u64> {
         let mut counts: BTreeMap<SagaState, u64> =
             SagaState::ALL.into_iter().map(|s| (s, 0)).collect();
-        for saga in self.sagas.values() {
+        for saga in self.shown() {
             *counts.entry(saga.state()).or_default() += 1;
         }
         counts
@@ -568,6 +679,7 @@ impl SagaEngine {
                 }
             }
             SagaEvent::DeadlineDue { id, now_ms } => self.deadline(&id, now_ms, &mut out),
+            SagaEvent::Durable { ids, now_ms } => self.records_durable(ids, now_ms, &mut out),
             SagaEvent::Recovered { now_ms } => {
                 let live: Vec<TxId> = self
                     .sagas
@@ -604,17 +716,18 @@ impl SagaEngine {
         out: &mut Vec<SagaCommand>,
     ) {
         if let Some(saga) = self.sagas.get_mut(&request.id) {
-            let reply = if saga.begin.digest != digest {
-                SagaReply::Conflict(request.id)
-            } else if wait == SagaWait::Accepted {
-                SagaReply::Accepted(saga.view(now_ms))
-            } else if saga.ended.is_some() {
-                SagaReply::Saga(saga.view(now_ms))
-            } else {
-                saga.waiters.push(waiter);
-                return;
+            let submit = HeldSubmit {
+                waiter,
+                wait,
+                digest,
             };
-            out.push(SagaCommand::Reply { waiter, reply });
+            // Answered from the table only once what the answer rests on is durable (even a
+            // conflict: the begin it conflicts with may still be lost).
+            if saga.unsynced > 0 {
+                saga.held.push(submit);
+            } else {
+                self.answer_repeat(&request.id, submit, now_ms, out);
+            }
             return;
         }
         let id = request.id.clone();

@@ -41,6 +41,15 @@ fn submit(engine: &mut SagaEngine, wait: SagaWait) -> Vec<SagaCommand> {
     })
 }
 
+/// The shell's report that `commands`' records are durable; what the engine answers then.
+fn durable(engine: &mut SagaEngine, commands: &[SagaCommand]) -> Vec<SagaCommand> {
+    let ids = records(commands)
+        .iter()
+        .map(|r| r.saga_id().clone())
+        .collect();
+    engine.step(SagaEvent::Durable { ids, now_ms: 1500 })
+}
+
 fn answer(step: usize, kind: OpKind, outcome: SagaOpOutcome) -> SagaEvent {
     SagaEvent::OpAnswered {
         id: id(),
@@ -139,8 +148,10 @@ fn every_step_succeeds_and_the_waiter_hears_completed() {
 #[test]
 fn a_failure_compensates_what_succeeded_in_reverse_and_nothing_else() {
     let mut engine = SagaEngine::new(CONFIG);
-    submit(&mut engine, SagaWait::Terminal);
-    engine.step(answer(0, OpKind::Action, done()));
+    let begun = submit(&mut engine, SagaWait::Terminal);
+    durable(&mut engine, &begun);
+    let reserved = engine.step(answer(0, OpKind::Action, done()));
+    durable(&mut engine, &reserved);
     let failed = engine.step(answer(
         1,
         OpKind::Action,
@@ -150,6 +161,7 @@ fn a_failure_compensates_what_succeeded_in_reverse_and_nothing_else() {
     ));
     // The failed charge is not compensated: only reserve is.
     assert_eq!(sends(&failed), [(0, OpKind::Compensation)]);
+    durable(&mut engine, &failed);
     // A compensation that fails is retried (same op id) after a backoff, forever.
     let failing = engine.step(answer(
         0,
@@ -165,6 +177,7 @@ fn a_failure_compensates_what_succeeded_in_reverse_and_nothing_else() {
             SagaCommand::ArmRetry { after_ms: 50, .. }
         ]
     ));
+    assert!(durable(&mut engine, &failing).is_empty());
     let view = engine.get(&id()).unwrap().view(3000);
     assert_eq!(view.steps[0].status, StepStatus::CompensationFailing);
     assert_eq!(view.state, SagaState::Compensating);
@@ -306,6 +319,7 @@ fn same_body_joins_other_body_conflicts_and_wait_none_is_accepted() {
     assert!(
         matches!(&replies(&first)[..], [SagaReply::Accepted(v)] if v.state == SagaState::Running)
     );
+    assert!(durable(&mut engine, &first).is_empty());
     let again = submit(&mut engine, SagaWait::Terminal);
     assert!(
         again.is_empty(),
@@ -320,6 +334,65 @@ fn same_body_joins_other_body_conflicts_and_wait_none_is_accepted() {
         client: None,
     });
     assert!(matches!(&replies(&other)[..], [SagaReply::Conflict(_)]));
+}
+
+/// Issue 25, item 1: a saga applied but not yet durable is neither shown nor answered for.
+#[test]
+fn a_repeat_and_every_read_wait_for_the_records_they_rest_on() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let first = submit(&mut engine, SagaWait::Accepted);
+    assert!(matches!(&replies(&first)[..], [SagaReply::Accepted(_)]));
+    // The begin is applied, not durable: a repeat is held, reads show nothing.
+    let repeat = engine.step(SagaEvent::Submit {
+        waiter: 2,
+        wait: SagaWait::Accepted,
+        request: request(),
+        digest: Digest(7),
+        now_ms: 1000,
+        client: None,
+    });
+    assert!(replies(&repeat).is_empty(), "{repeat:?}");
+    let conflict = engine.step(SagaEvent::Submit {
+        waiter: 3,
+        wait: SagaWait::Accepted,
+        request: request(),
+        digest: Digest(8),
+        now_ms: 1000,
+        client: None,
+    });
+    assert!(replies(&conflict).is_empty(), "{conflict:?}");
+    assert!(engine.get(&id()).is_none());
+    assert!(engine.list(None, 10, 1000).is_empty());
+    assert_eq!(engine.counts()[&SagaState::Running], 0);
+    // The checkpoint covers the record (it is ahead of it in the log): it holds the saga.
+    assert_eq!(engine.snapshot().len(), 1);
+    // Durable: both are answered, and reads show it.
+    let released = durable(&mut engine, &first);
+    assert!(
+        matches!(
+            &released[..],
+            [
+                SagaCommand::Reply {
+                    waiter: 2,
+                    reply: SagaReply::Accepted(_)
+                },
+                SagaCommand::Reply {
+                    waiter: 3,
+                    reply: SagaReply::Conflict(_)
+                }
+            ]
+        ),
+        "{released:?}"
+    );
+    assert!(engine.get(&id()).is_some());
+    assert_eq!(engine.counts()[&SagaState::Running], 1);
+    // A step applied and not yet durable: reads show the saga as it was before it.
+    let succeeded = engine.step(answer(0, OpKind::Action, done()));
+    let shown = engine.get(&id()).unwrap().view(2000);
+    assert_ne!(shown.steps[0].status, StepStatus::Succeeded, "{shown:?}");
+    durable(&mut engine, &succeeded);
+    let shown = engine.get(&id()).unwrap().view(2000);
+    assert_eq!(shown.steps[0].status, StepStatus::Succeeded);
 }
 
 #[test]
