@@ -324,6 +324,34 @@ fn saga_invariants_hold_on_every_seed() {
     assert!(totals.iter().all(|n| *n > 0), "{totals:?}");
 }
 
+/// The first of the first 5,000 saga seeds a broken shell fails, with its message.
+fn first_saga_catch(mutation: chaos_tests::sim::SagaMutation) -> (u64, String) {
+    use chaos_tests::sim::{SagaSimConfig, run_saga_seed};
+    let config = SagaSimConfig {
+        mutation: Some(mutation),
+        ..SagaSimConfig::default()
+    };
+    (0..5_000)
+        .find_map(|seed| run_saga_seed(seed, config).err().map(|e| (seed, e)))
+        .unwrap_or_else(|| panic!("no saga seed catches {mutation:?}"))
+}
+
+#[test]
+fn a_saga_reply_sent_before_its_records_are_durable_is_caught() {
+    // Issue 25, item 1: a 202 (or a terminal answer) resting on records a crash takes back.
+    let (seed, failure) =
+        first_saga_catch(chaos_tests::sim::SagaMutation::CoordinatorRepliesBeforeDurable);
+    eprintln!("seed {seed}: {failure}");
+}
+
+#[test]
+fn a_participant_answering_a_saga_repeat_from_memory_is_caught() {
+    // Issue 25, item 2: `done` for a step whose record a crash takes back.
+    let (seed, failure) =
+        first_saga_catch(chaos_tests::sim::SagaMutation::ParticipantAnswersFromMemory);
+    eprintln!("seed {seed}: {failure}");
+}
+
 #[test]
 fn a_fenced_run_that_never_raises_its_epoch_is_caught() {
     // Issue 24, item 3: after a restore, participants holding the restored run's epoch under

@@ -36,7 +36,7 @@ mod world;
 use std::fmt;
 
 pub use disk::Disk;
-pub use saga_world::{SagaRunStats, SagaSimConfig, run_saga_seed};
+pub use saga_world::{SagaMutation, SagaRunStats, SagaSimConfig, run_saga_seed};
 
 /// A deliberate bug in the modelled runtimes, to prove the simulator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

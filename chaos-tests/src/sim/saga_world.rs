@@ -5,14 +5,20 @@
 //! answers), with coordinator and participant crashes back to their durable logs (and
 //! checkpoints) until the faults heal.
 //!
-//! Modelled runtime contracts: the coordinator's records of one step are durable before any
-//! message of that step leaves (the shell awaits them); a call that gets no answer within the
-//! step timeout is `unknown`; a participant's saga record is durable before its answer leaves.
+//! Modelled runtime contracts: a record is applied when it is appended and durable only when
+//! its fsync comes back, a few milliseconds later and in log order (a checkpoint is ordered
+//! with the records, as the WAL orders it); a crash loses every record not yet durable, at
+//! the coordinator and at the participants. The coordinator's shell executes a step's other
+//! commands (sends, replies) only once its records are durable and then reports that to the
+//! engine (`SagaEvent::Durable`); a participant answers only once everything it logged before
+//! the answer is durable (its forced barrier); a call that gets no answer within the step
+//! timeout is `unknown`.
 //!
 //! Invariants, once every saga settled (checked with `saga_checkout::check`): every saga ends
 //! `completed` with every step applied once, or `compensated` with every succeeded step undone
 //! once and nothing else, or `needs_attention` with a reason; a client that heard a terminal
-//! state never sees another one later; every saga that began ends (liveness after healing).
+//! state never sees another one later; a client told 202 finds its saga after every crash;
+//! every saga that began ends (liveness after healing).
 //!
 //! Must never: read the clock, spawn anything, or draw randomness outside the seeded rng.
 
@@ -50,12 +56,39 @@ const END_MS: u64 = 600_000;
 #[derive(Debug, Clone, Copy)]
 pub struct SagaSimConfig {
     pub sagas: usize,
+    /// A deliberately broken shell, to show the invariants catch it.
+    pub mutation: Option<SagaMutation>,
 }
 
 impl Default for SagaSimConfig {
     fn default() -> Self {
-        SagaSimConfig { sagas: 6 }
+        SagaSimConfig {
+            sagas: 6,
+            mutation: None,
+        }
     }
+}
+
+/// Shells that answer before what the answer rests on is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SagaMutation {
+    /// The coordinator's shell sends a step's replies without waiting for its records.
+    CoordinatorRepliesBeforeDurable,
+    /// The participant answers a repeated op and a probe from its barrier in memory, with no
+    /// forced barrier behind the first op's record (issue 25, item 2).
+    ParticipantAnswersFromMemory,
+}
+
+/// What waits at the coordinator for the fsync of the log before it.
+#[derive(Debug, Clone)]
+enum Unsynced {
+    /// One step's records, and the commands that run once they are durable.
+    Step {
+        records: Vec<LogRecord>,
+        commands: Vec<SagaCommand>,
+    },
+    /// A checkpoint: the table as the records before it left it.
+    Checkpoint(Vec<coordinator::saga::engine::Saga>),
 }
 
 /// What one run did, for the summary.
@@ -74,7 +107,7 @@ pub struct SagaRunStats {
 
 #[derive(Debug, Clone)]
 enum Msg {
-    Submit(usize),
+    Submit(usize, SagaWait),
     Op {
         call: u64,
         to: usize,
@@ -103,6 +136,15 @@ enum Msg {
     },
     CoordinatorUp,
     ParticipantUp(usize),
+    /// The coordinator's oldest unsynced write is durable (if `run` is still running).
+    CoordinatorSynced {
+        run: u64,
+    },
+    /// Participant `to`'s oldest unsynced write is durable (if its `life` is still on).
+    ParticipantSynced {
+        to: usize,
+        life: u64,
+    },
 }
 
 /// What an outstanding coordinator call is for.
@@ -118,6 +160,13 @@ struct Part {
     engine: Engine<KvStore>,
     log: Vec<Record>,
     up: bool,
+    /// Bumped by each crash, so a sync of the dead process's write is ignored.
+    life: u64,
+    /// Written, not yet durable, in order: a record (or none: the barrier of a repeat or a
+    /// probe) and the answer that waits for it.
+    unsynced: std::collections::VecDeque<(Option<Record>, Msg)>,
+    /// When the last write queued becomes durable (fsyncs complete in order).
+    synced_at: u64,
 }
 
 fn fresh_participant() -> Engine<KvStore> {
@@ -134,6 +183,9 @@ struct World {
     /// The coordinator's durable log: a checkpoint (the table) and the records after it.
     checkpoint: Vec<coordinator::saga::engine::Saga>,
     log: Vec<LogRecord>,
+    /// Appended, not yet durable, in log order.
+    unsynced: std::collections::VecDeque<Unsynced>,
+    synced_at: u64,
     run: u64,
     calls: BTreeMap<u64, Call>,
     next_call: u64,
@@ -141,6 +193,9 @@ struct World {
     requests: Vec<(SagaRequest, Fate)>,
     /// What clients heard as terminal, by saga.
     heard: BTreeMap<TxId, SagaResponse>,
+    /// Sagas a client was told 202 (accepted durably) for.
+    accepted: std::collections::BTreeSet<TxId>,
+    mutation: Option<SagaMutation>,
     stats: SagaRunStats,
     coordinator_id: CoordinatorId,
 }
@@ -171,32 +226,105 @@ impl World {
         self.schedule(delay, msg);
     }
 
+    /// A write's fsync comes back a little later, after every earlier one; while faults
+    /// last, sometimes much later (a stalled disk), long enough for timeouts and retries.
+    fn sync_delay(&mut self, synced_at: u64) -> (u64, u64) {
+        let took = if self.faulty() && self.rng.u32(0..100) < 10 {
+            self.rng.u64(50..300)
+        } else {
+            self.rng.u64(1..8)
+        };
+        let at = synced_at.max(self.now + took);
+        (at, at - self.now)
+    }
+
+    /// While faults last, the power sometimes goes just before an fsync completes.
+    fn power_cut(&mut self) -> bool {
+        self.faulty() && self.rng.u32(0..100) < 3
+    }
+
     fn step_coordinator(&mut self, event: SagaEvent) {
         let Some(engine) = self.coordinator.as_mut() else {
             return;
         };
         let commands = engine.step(event);
-        // The shell: every record durable first, then the rest.
-        for command in &commands {
-            if let SagaCommand::Append(record) = command {
-                self.log.push(record.clone());
+        let (records, mut rest): (Vec<_>, Vec<_>) = commands
+            .into_iter()
+            .partition(|c| matches!(c, SagaCommand::Append(_)));
+        if self.mutation == Some(SagaMutation::CoordinatorRepliesBeforeDurable) {
+            let (replies, others): (Vec<_>, Vec<_>) = rest
+                .into_iter()
+                .partition(|c| matches!(c, SagaCommand::Reply { .. }));
+            rest = others;
+            for reply in replies {
+                self.execute(reply);
             }
         }
-        for command in commands {
-            self.execute(command);
+        if records.is_empty() {
+            for command in rest {
+                self.execute(command);
+            }
+            return;
+        }
+        // The shell: the step's records durable first, then the rest.
+        let records = records
+            .into_iter()
+            .filter_map(|c| match c {
+                SagaCommand::Append(record) => Some(record),
+                _ => None,
+            })
+            .collect();
+        self.unsynced.push_back(Unsynced::Step {
+            records,
+            commands: rest,
+        });
+        self.schedule_coordinator_sync();
+    }
+
+    fn schedule_coordinator_sync(&mut self) {
+        let (at, after) = self.sync_delay(self.synced_at);
+        self.synced_at = at;
+        self.schedule(after, Msg::CoordinatorSynced { run: self.run });
+    }
+
+    /// The oldest unsynced write at the coordinator is durable.
+    fn coordinator_synced(&mut self) {
+        match self.unsynced.pop_front() {
+            Some(Unsynced::Step { records, commands }) => {
+                let ids = records
+                    .iter()
+                    .filter_map(|r| match r {
+                        LogRecord::Saga(record) => Some(record.saga_id().clone()),
+                        _ => None,
+                    })
+                    .collect();
+                self.log.extend(records);
+                let now_ms = self.now;
+                self.step_coordinator(SagaEvent::Durable { ids, now_ms });
+                for command in commands {
+                    self.execute(command);
+                }
+            }
+            Some(Unsynced::Checkpoint(table)) => {
+                self.checkpoint = table;
+                self.log.clear();
+            }
+            None => {}
         }
     }
 
     fn execute(&mut self, command: SagaCommand) {
         match command {
             SagaCommand::Append(_) => {}
-            SagaCommand::Reply { reply, .. } => {
-                if let SagaReply::Saga(view) = reply
-                    && view.state.is_terminal()
-                {
+            SagaCommand::Reply { reply, .. } => match reply {
+                SagaReply::Saga(view) if view.state.is_terminal() => {
                     self.heard.entry(view.id.clone()).or_insert(view);
                 }
-            }
+                SagaReply::Accepted(view) => {
+                    self.accepted.insert(view.id);
+                }
+                _ => {}
+            },
             SagaCommand::ArmRetry { id, after_ms } => {
                 let event = SagaEvent::RetryDue { id, now_ms: 0 };
                 self.schedule(
@@ -294,14 +422,13 @@ impl World {
         let now = self.now;
         let jitter = self.rng.u64(..);
         match msg {
-            Msg::Submit(i) => {
+            Msg::Submit(i, wait) => {
                 let (request, _) = self.requests[i].clone();
                 let digest = Digest(
                     Fnv128::default()
                         .field(&serde_json::to_vec(&request).unwrap_or_default())
                         .finish(),
                 );
-                let wait = SagaWait::Terminal;
                 let event = SagaEvent::Submit {
                     waiter: i as u64,
                     wait,
@@ -322,21 +449,14 @@ impl World {
                     return;
                 }
                 let part = &mut self.parts[to];
-                let answer = match part.engine.saga_op(kind, &request, now) {
-                    participant::engine::saga::SagaStepped::Busy(_) => None,
+                let (answer, record) = match part.engine.saga_op(kind, &request, now) {
+                    participant::engine::saga::SagaStepped::Busy(_) => (None, None),
                     participant::engine::saga::SagaStepped::Answer { answer, record } => {
-                        if let Some(record) = record {
-                            part.log.push(record);
-                        }
-                        Some(answer)
+                        (Some(answer), record)
                     }
                 };
-                // A crash after the record is durable, before the answer leaves.
-                if self.faulty() && self.rng.u32(0..100) < 3 {
-                    self.crash_participant(to);
-                    return;
-                }
-                self.send(Msg::OpAnswer { call, answer });
+                let from_memory = record.is_none() && answer.is_some();
+                self.participant_answers(to, record, Msg::OpAnswer { call, answer }, from_memory);
             }
             Msg::OpAnswer { call, answer } => {
                 let Some(found) = self.settle(call) else {
@@ -369,13 +489,44 @@ impl World {
                     return;
                 }
                 let status = self.parts[to].engine.saga_op_status(&op_id);
+                let from_memory = status.status != OpStatus::NotFound;
                 let answer = match status.status {
                     OpStatus::Done => ProbeAnswer::Done(status.result),
                     OpStatus::Failed => ProbeAnswer::Failed(status.reason.unwrap_or_default()),
                     OpStatus::Compensated => ProbeAnswer::Compensated,
                     OpStatus::NotFound => ProbeAnswer::NotFound,
                 };
-                self.send(Msg::ProbeAnswer { call, answer });
+                self.participant_answers(to, None, Msg::ProbeAnswer { call, answer }, from_memory);
+            }
+            Msg::CoordinatorSynced { run } => {
+                if run == self.run && self.coordinator.is_some() {
+                    if self.power_cut() {
+                        self.crash_coordinator();
+                        return;
+                    }
+                    self.coordinator_synced();
+                }
+            }
+            Msg::ParticipantSynced { to, life } => {
+                if life != self.parts[to].life || !self.parts[to].up {
+                    return;
+                }
+                if self.power_cut() {
+                    self.crash_participant(to);
+                    return;
+                }
+                let Some((record, answer)) = self.parts[to].unsynced.pop_front() else {
+                    return;
+                };
+                if let Some(record) = record {
+                    self.parts[to].log.push(record);
+                }
+                // A crash after the record is durable, before the answer leaves.
+                if self.faulty() && self.rng.u32(0..100) < 3 {
+                    self.crash_participant(to);
+                    return;
+                }
+                self.send(answer);
             }
             Msg::ProbeAnswer { call, answer } => {
                 let Some(found) = self.settle(call) else {
@@ -442,6 +593,28 @@ impl World {
         }
     }
 
+    /// Participant `to` answers once everything it wrote before is durable (its record, or
+    /// the forced barrier a repeat or a probe writes); the mutation answers what the barrier
+    /// holds in memory at once.
+    fn participant_answers(
+        &mut self,
+        to: usize,
+        record: Option<Record>,
+        answer: Msg,
+        from_memory: bool,
+    ) {
+        if from_memory && self.mutation == Some(SagaMutation::ParticipantAnswersFromMemory) {
+            self.send(answer);
+            return;
+        }
+        let (at, after) = self.sync_delay(self.parts[to].synced_at);
+        let part = &mut self.parts[to];
+        part.synced_at = at;
+        part.unsynced.push_back((record, answer));
+        let life = part.life;
+        self.schedule(after, Msg::ParticipantSynced { to, life });
+    }
+
     /// An operator asks for a random saga to be tried now, as `Core::retry_saga` does: the
     /// same `RetryDue` the timer would send, early, to the running coordinator.
     fn operator_retry(&mut self) {
@@ -463,6 +636,8 @@ impl World {
     fn crash_coordinator(&mut self) {
         if self.coordinator.take().is_some() {
             self.stats.coordinator_crashes += 1;
+            // What was not yet durable is gone.
+            self.unsynced.clear();
             self.run += 1;
             let after = self.rng.u64(10..500);
             self.schedule(after, Msg::CoordinatorUp);
@@ -472,17 +647,21 @@ impl World {
     fn crash_participant(&mut self, i: usize) {
         if self.parts[i].up {
             self.parts[i].up = false;
+            self.parts[i].life += 1;
+            self.parts[i].unsynced.clear();
             self.stats.participant_crashes += 1;
             let after = self.rng.u64(10..300);
             self.schedule(after, Msg::ParticipantUp(i));
         }
     }
 
-    /// A checkpoint: the table replaces the records before it.
+    /// A checkpoint: the table (as every record appended so far left it) replaces the
+    /// records before it once it is durable, in log order with them.
     fn checkpoint(&mut self) {
         if let Some(engine) = &self.coordinator {
-            self.checkpoint = engine.snapshot();
-            self.log.clear();
+            let table = engine.snapshot();
+            self.unsynced.push_back(Unsynced::Checkpoint(table));
+            self.schedule_coordinator_sync();
         }
     }
 }
@@ -510,6 +689,8 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
         coordinator: Some(SagaEngine::new(CONFIG)),
         checkpoint: Vec::new(),
         log: Vec::new(),
+        unsynced: std::collections::VecDeque::new(),
+        synced_at: 0,
         run: 1,
         calls: BTreeMap::new(),
         next_call: 0,
@@ -518,20 +699,40 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                 engine: fresh_participant(),
                 log: Vec::new(),
                 up: true,
+                life: 0,
+                unsynced: std::collections::VecDeque::new(),
+                synced_at: 0,
             })
             .collect(),
         requests,
         heard: BTreeMap::new(),
+        accepted: std::collections::BTreeSet::new(),
+        mutation: config.mutation,
         stats: SagaRunStats::default(),
         coordinator_id: CoordinatorId::new("c-sim").map_err(|e| e.to_string())?,
     };
     for i in 0..config.sagas {
-        // Each client sends once, and some send the same request again later.
+        // Each client sends once (waiting for the end, or only for the 202), and some send
+        // the same request again: later, or at once (while the first's begin is unsynced).
+        let wait = |rng: &mut fastrand::Rng| {
+            if rng.bool() {
+                SagaWait::Terminal
+            } else {
+                SagaWait::Accepted
+            }
+        };
         let at = world.rng.u64(0..2_000);
-        world.schedule(at, Msg::Submit(i));
+        let first = wait(&mut world.rng);
+        world.schedule(at, Msg::Submit(i, first));
         if world.rng.u32(0..100) < 30 {
             let again = world.rng.u64(0..10_000);
-            world.schedule(again, Msg::Submit(i));
+            let second = wait(&mut world.rng);
+            world.schedule(again, Msg::Submit(i, second));
+        }
+        if world.rng.u32(0..100) < 30 {
+            let soon = at + world.rng.u64(0..4);
+            let second = wait(&mut world.rng);
+            world.schedule(soon, Msg::Submit(i, second));
         }
     }
     while let Some(Reverse((at, _, slot))) = world.queue.pop() {
@@ -563,6 +764,12 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
         .ok_or_else(|| format!("seed {seed}: the coordinator never came back"))?;
     for (request, fate) in &world.requests {
         let Some(saga) = engine.get(&request.id) else {
+            if world.accepted.contains(&request.id) {
+                return Err(format!(
+                    "seed {seed}: a client was told 202 for saga {} and the coordinator lost it",
+                    request.id
+                ));
+            }
             // Never began: its submits were all lost to crashes; nothing may have been applied.
             let effects = effects_of(&world, request.id.as_str());
             if effects
