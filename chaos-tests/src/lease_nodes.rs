@@ -56,6 +56,17 @@ pub fn coordinator(binary: PathBuf, dir: &Path, failpoint: Option<&str>) -> Node
     node(binary, dir, "coordinator", args, failpoint)
 }
 
+/// A coordinator of the participant at `participant_url` (named `kv`), with `extra` flags.
+pub fn coordinator_of(binary: PathBuf, dir: &Path, participant_url: &str, extra: &[&str]) -> Node {
+    let mut args = vec![
+        "coordinator".to_string(),
+        "--participant".to_string(),
+        format!("kv={participant_url}"),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    node(binary, dir, "coordinator", args, None)
+}
+
 pub fn participant(binary: PathBuf, dir: &Path, failpoint: Option<&str>) -> Node {
     let args = ["participant", "--name", "kv"].map(String::from).to_vec();
     node(binary, dir, "participant", args, failpoint)
