@@ -88,6 +88,10 @@ pub struct Args {
     /// Tokens that may read /metrics, one per line; without it /metrics is open.
     #[arg(long, value_name = "FILE")]
     pub metrics_token_file: Option<PathBuf>,
+    /// Fence keys, one per line (at least 32 characters; the first signs): every lease grant
+    /// carries a proof that participants holding the key verify (docs/leases.md).
+    #[arg(long, value_name = "FILE")]
+    pub fence_key_file: Option<PathBuf>,
     /// Serve a non-loopback address with no token configured (anyone who reaches it may
     /// submit, commit and abort); warned about at every start.
     #[arg(long)]
@@ -154,6 +158,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         header_read_timeout_ms: args.header_read_timeout_ms,
         idle_timeout_ms: args.idle_timeout_ms,
         connections_max: args.connections_max,
+        fence_key_file: args.fence_key_file,
     };
     let insecure_no_auth = args.insecure_no_auth;
     let mut config = base.overlay(flags).into_config()?;

@@ -103,6 +103,48 @@ pub struct Config {
     /// and idle clients"): `--header-read-timeout-ms`, `--idle-timeout-ms`,
     /// `--connections-max`.
     pub serve_limits: net::ServeLimits,
+    /// `--fence-key-file`: the key lease grants are signed with, so that participants holding
+    /// it can verify tokens (docs/leases.md, "Tokens the resource can verify").
+    pub fence_key: FenceKeySettings,
+}
+
+/// The fence key in force: the file as given and the keys read from it at start. Compared and
+/// printed by file name only.
+#[derive(Clone, Default)]
+pub struct FenceKeySettings {
+    pub file: Option<PathBuf>,
+    pub keys: Option<protocol::fence_proof::FenceKeys>,
+}
+
+impl FenceKeySettings {
+    pub fn load(file: Option<PathBuf>) -> Result<Self, ConfigError> {
+        let Some(path) = file else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let keys = protocol::fence_proof::FenceKeys::parse(&path.display().to_string(), &text)?;
+        Ok(Self {
+            file: Some(path),
+            keys: Some(keys),
+        })
+    }
+}
+
+impl PartialEq for FenceKeySettings {
+    fn eq(&self, other: &Self) -> bool {
+        self.file == other.file
+    }
+}
+
+impl std::fmt::Debug for FenceKeySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceKeySettings")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
 }
 
 /// TLS in force (docs/operations.md, "TLS"): the files as given and what was read from them
@@ -195,6 +237,8 @@ pub enum ConfigError {
     Listen(String),
     #[error("token file refused: {0}")]
     Tokens(#[from] protocol::auth::TokenFileError),
+    #[error("fence key file refused: {0}")]
+    FenceKey(#[from] protocol::fence_proof::FenceKeyError),
     #[error("{field} is {value}; it must be between {min} and {max}")]
     OutOfRange {
         field: &'static str,
@@ -240,6 +284,8 @@ pub struct FileConfig {
     pub header_read_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
     pub connections_max: Option<usize>,
+    /// The fence key file (docs/leases.md): lease grants carry a proof made with its first key.
+    pub fence_key_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -286,7 +332,8 @@ impl FileConfig {
             tls_ca,
             header_read_timeout_ms,
             idle_timeout_ms,
-            connections_max
+            connections_max,
+            fence_key_file
         );
         self.participants.extend(over.participants);
         self
@@ -330,6 +377,7 @@ impl FileConfig {
             metrics: self.metrics_token_file,
         };
         let keys = KeyRing::new(token_files.load(|path| std::fs::read_to_string(path))?);
+        let fence_key = FenceKeySettings::load(self.fence_key_file)?;
         let config = Config {
             listen,
             data_dir,
@@ -374,6 +422,7 @@ impl FileConfig {
             insecure_no_auth: false,
             tls,
             serve_limits,
+            fence_key,
         };
         config.validate()?;
         Ok(config)
@@ -551,6 +600,7 @@ impl Config {
             insecure_no_auth: false,
             tls: TlsSettings::default(),
             serve_limits: net::ServeLimits::default(),
+            fence_key: FenceKeySettings::default(),
         }
     }
 }

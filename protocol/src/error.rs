@@ -111,6 +111,16 @@ pub enum ErrorCode {
     /// An epoch more than the allowed jump above the highest this participant holds, from a
     /// caller that could not prove it is a peer.
     EpochTooHigh,
+    /// A fence claim without a valid proof from the lease service, at a participant that
+    /// checks proofs (docs/leases.md, "Tokens the resource can verify").
+    InvalidFenceProof,
+    /// A fencing token more than the allowed jump above every token the participant accepted,
+    /// at a participant without a fence key.
+    TokenTooHigh,
+    /// An operator's fence reset whose `from` is no longer the resource's highest token.
+    FenceChanged,
+    /// An operator's fence reset that would not lower the highest token.
+    InvalidReset,
 }
 
 impl ErrorCode {
@@ -161,6 +171,10 @@ impl ErrorCode {
             ErrorCode::ForbiddenHost => 403,
             ErrorCode::RateLimited => 429,
             ErrorCode::EpochTooHigh => 409,
+            ErrorCode::InvalidFenceProof => 409,
+            ErrorCode::TokenTooHigh => 409,
+            ErrorCode::FenceChanged => 409,
+            ErrorCode::InvalidReset => 422,
         }
     }
 
@@ -211,6 +225,10 @@ impl ErrorCode {
             ErrorCode::ForbiddenHost => "forbidden_host",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::EpochTooHigh => "epoch_too_high",
+            ErrorCode::InvalidFenceProof => "invalid_fence_proof",
+            ErrorCode::TokenTooHigh => "token_too_high",
+            ErrorCode::FenceChanged => "fence_changed",
+            ErrorCode::InvalidReset => "invalid_reset",
         }
     }
 }
@@ -300,6 +318,10 @@ mod tests {
             ErrorCode::ForbiddenHost,
             ErrorCode::RateLimited,
             ErrorCode::EpochTooHigh,
+            ErrorCode::InvalidFenceProof,
+            ErrorCode::TokenTooHigh,
+            ErrorCode::FenceChanged,
+            ErrorCode::InvalidReset,
         ];
         for code in all {
             let json = serde_json::to_string(&code).unwrap();

@@ -37,8 +37,17 @@ pub enum KvOp {
     /// Vote no unless `key` is at `version` (0 = absent).
     Check { key: String, version: u64 },
     /// Vote no if `token` is lower than one this participant already accepted for `resource`
-    /// (a lease's fencing token; docs/leases.md); commit raises the resource's highest token.
-    Fence { resource: String, token: u64 },
+    /// (a lease's fencing token; docs/leases.md), or, at a participant that checks proofs, if
+    /// `proof` is not the lease service's for (resource, token, holder); commit raises the
+    /// resource's highest token.
+    Fence {
+        resource: String,
+        token: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+    },
 }
 
 impl KvOp {

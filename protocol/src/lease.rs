@@ -58,6 +58,12 @@ pub struct Lease {
     /// it blocks new grants until its TTL has passed since the restart, but is never revived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewable: Option<bool>,
+    /// In the acquire and renew answers only (never in reads: it is the holder's to use), when
+    /// the coordinator has a fence key: the proof a fenced write carries with `holder` and
+    /// `token` so that a resource holding the key can tell the token was granted
+    /// (`crate::fence_proof`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// `GET /v1/leases`.
@@ -84,12 +90,30 @@ pub struct LeaseHeldBody {
     pub expires_in_ms: u64,
 }
 
-/// The fence a write carries: the lease (resource) it claims and its token.
+/// The fence a write carries: the lease (resource) it claims and its token, and, for a
+/// resource that checks proofs, the holder the token was granted to and the lease service's
+/// proof of the grant (`crate::fence_proof`; the `proof` of the acquire answer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FenceClaim {
     pub resource: String,
     pub token: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
+}
+
+impl FenceClaim {
+    /// A claim without proof (for resources that check none).
+    pub fn unproven(resource: impl Into<String>, token: u64) -> FenceClaim {
+        FenceClaim {
+            resource: resource.into(),
+            token,
+            holder: None,
+            proof: None,
+        }
+    }
 }
 
 /// `PUT /v1/kv/{key}` at the reference participant.
@@ -116,4 +140,46 @@ pub struct StaleTokenBody {
     pub message: String,
     pub resource: String,
     pub highest: u64,
+}
+
+/// `POST /v1/fences/{resource}/reset` at a participant (operators): lower the resource's
+/// highest accepted token from `from` (what the operator read, compare-and-set) to `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceResetBody {
+    pub from: u64,
+    pub to: u64,
+    /// Replaced by the operator token's name when authentication is on.
+    #[serde(default)]
+    pub operator: String,
+    pub reason: String,
+}
+
+/// An operator's reset as the participant logged it: the answer to the reset, and an entry of
+/// the resource's `resets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceReset {
+    pub resource: String,
+    pub from: u64,
+    pub to: u64,
+    pub operator: String,
+    pub reason: String,
+    pub at_ms: u64,
+}
+
+/// `GET /v1/fences/{resource}` at a participant (peers and operators).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceStatus {
+    pub resource: String,
+    /// Below this nothing is accepted for the resource (absent: anything is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest: Option<u64>,
+    /// True when `highest` is the participant's floor: retention took the resource's own
+    /// entry (or it never had one) and the floor stands for it.
+    pub from_floor: bool,
+    /// When the resource last accepted a token (absent: never, or pruned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_at_ms: Option<u64>,
+    /// Operators' resets of this resource that the participant still keeps, oldest first.
+    pub resets: Vec<FenceReset>,
 }

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod cross_site;
 pub mod digest;
 pub mod error;
+pub mod fence_proof;
 pub mod ids;
 pub mod kv;
 pub mod lease;

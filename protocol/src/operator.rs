@@ -213,6 +213,26 @@ pub struct AuditList {
 pub const OPERATOR_LEN_MAX: usize = 128;
 pub const REASON_LEN_MAX: usize = 1024;
 
+/// What is wrong with an operator action's `operator` and `reason` (both required, not blank,
+/// bounded in characters), for a 422 `invalid_operator`; `None` when nothing is. One rule for
+/// every audited action, at the coordinator and at the participants.
+pub fn operator_fields_problem(operator: &str, reason: &str) -> Option<String> {
+    if operator.trim().is_empty() || reason.trim().is_empty() {
+        return Some(
+            "\"operator\" and \"reason\" are required: the audit trail records who did this and \
+             why"
+            .to_string(),
+        );
+    }
+    if operator.chars().count() > OPERATOR_LEN_MAX || reason.chars().count() > REASON_LEN_MAX {
+        return Some(format!(
+            "\"operator\" is at most {OPERATOR_LEN_MAX} characters and \"reason\" at most \
+             {REASON_LEN_MAX}"
+        ));
+    }
+    None
+}
+
 /// One attempt a participant holds in doubt, as the cluster view shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InDoubt {

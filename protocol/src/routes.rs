@@ -48,6 +48,10 @@ pub const KV_KEY: &str = "/v1/kv/{key}";
 pub const PREPARED: &str = "/v1/prepared";
 /// Participant: what it holds of one attempt (operators' evidence). Axum path syntax.
 pub const ATTEMPT: &str = "/v1/attempts/{gtid}";
+/// Participant: one fenced resource's highest token and resets (peers, operators).
+pub const FENCE: &str = "/v1/fences/{resource}";
+/// Participant, operators: lower a fenced resource's highest token (audited).
+pub const FENCE_RESET: &str = "/v1/fences/{resource}/reset";
 
 /// The URL path of a participant's evidence about one attempt.
 pub fn attempt_path(gtid: &crate::GlobalTxId) -> String {

@@ -104,9 +104,17 @@ async fn step(core: &Core, make: impl FnOnce(u64) -> LeaseEvent) -> Result<Lease
     })
 }
 
-fn granted(name: &str, reply: LeaseReply) -> Answer<Lease> {
+/// The answer to the holder itself (acquire, renew): with a fence key, the grant's proof, so
+/// the holder's fenced writes can show participants that the lease service handed this token
+/// to it. Reads never carry it: a proof is the holder's to use.
+fn granted(core: &Core, name: &str, reply: LeaseReply) -> Answer<Lease> {
     match reply {
-        LeaseReply::Granted(lease) => Ok(Json(lease)),
+        LeaseReply::Granted(mut lease) => {
+            if let Some(keys) = &core.config().fence_key.keys {
+                lease.proof = Some(keys.sign(&lease.name, lease.token, &lease.holder));
+            }
+            Ok(Json(lease))
+        }
         LeaseReply::Held {
             holder,
             expires_in_ms,
@@ -148,7 +156,7 @@ pub async fn acquire(
         now_ms,
     })
     .await?;
-    granted(&name, reply)
+    granted(core, &name, reply)
 }
 
 /// `POST /v1/leases/{name}/renew` `{"holder","token"}`.
@@ -170,7 +178,7 @@ pub async fn renew(
         now_ms,
     })
     .await?;
-    granted(&name, reply)
+    granted(core, &name, reply)
 }
 
 /// `DELETE /v1/leases/{name}?holder=..&token=..` (idempotent).

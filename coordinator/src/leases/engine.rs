@@ -68,6 +68,8 @@ fn view(lease: &HeldLease, now_ms: Option<u64>) -> Lease {
         expires_at_ms: lease.expires_at_ms,
         expires_in_ms: now_ms.map(|now| lease.expires_at_ms.saturating_sub(now)),
         renewable: now_ms.map(|_| lease.renewable),
+        // Signed by the API for the holder's own answers only (`api::leases`).
+        proof: None,
     }
 }
 

@@ -8,9 +8,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use protocol::operator::{
-    AttemptStatus, AuditAction, AuditEntry, Evidence, OPERATOR_LEN_MAX, ParticipantEvidence,
-    REASON_LEN_MAX, RefusalBody, ResolveRequest, ResolveResponse, RetryRequest, RetryResponse,
-    SagaResolveRequest,
+    AttemptStatus, AuditAction, AuditEntry, Evidence, ParticipantEvidence, RefusalBody,
+    ResolveRequest, ResolveResponse, RetryRequest, RetryResponse, SagaResolveRequest,
 };
 use protocol::{ErrorCode, GlobalTxId, ParticipantName, TxId, routes};
 use wal::{Durability, RecordType};
@@ -45,22 +44,10 @@ pub(super) fn rejected(code: ErrorCode, message: impl Into<String>) -> OperatorE
 /// Who acts and why: both required (not blank), bounded in characters (what the OpenAPI
 /// document's `maxLength` counts), for the audit trail.
 pub fn check_operator(operator: &str, reason: &str) -> Result<(), OperatorError> {
-    if operator.trim().is_empty() || reason.trim().is_empty() {
-        return Err(rejected(
-            ErrorCode::InvalidOperator,
-            "\"operator\" and \"reason\" are required: the audit trail records who did this and why",
-        ));
+    match protocol::operator::operator_fields_problem(operator, reason) {
+        Some(problem) => Err(rejected(ErrorCode::InvalidOperator, problem)),
+        None => Ok(()),
     }
-    if operator.chars().count() > OPERATOR_LEN_MAX || reason.chars().count() > REASON_LEN_MAX {
-        return Err(rejected(
-            ErrorCode::InvalidOperator,
-            format!(
-                "\"operator\" is at most {OPERATOR_LEN_MAX} characters and \"reason\" at most \
-                 {REASON_LEN_MAX}"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Everything known about one attempt, for the judge and the operator.
