@@ -21,6 +21,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::ABORT),
     ("get", routes::PREPARED),
     ("get", routes::ATTEMPT),
+    ("get", routes::FENCE),
+    ("post", routes::FENCE_RESET),
     ("post", routes::SAGA_ACTION),
     ("post", routes::SAGA_COMPENSATE),
     ("get", routes::SAGA_OP),
@@ -37,7 +39,8 @@ pub fn access(path: &str) -> Option<Access> {
     Some(match path {
         routes::PREPARE | routes::COMMIT | routes::ABORT => Access::Peer,
         routes::SAGA_ACTION | routes::SAGA_COMPENSATE | routes::SAGA_OP => Access::Peer,
-        routes::PREPARED | routes::ATTEMPT => Access::PeerOrOperator,
+        routes::PREPARED | routes::ATTEMPT | routes::FENCE => Access::PeerOrOperator,
+        routes::FENCE_RESET => Access::Operator,
         // Fenced writes come from lease workers, reads from clients and operators.
         routes::KV_KEY => Access::Client,
         routes::HEALTHZ | routes::READYZ => Access::Open,
@@ -63,7 +66,7 @@ pub fn protect(router: Router, keys: KeyRing, loopback_listen: bool) -> Router {
         ))
 }
 
-async fn check(State(keys): State<KeyRing>, request: Request, next: Next) -> Response {
+async fn check(State(keys): State<KeyRing>, mut request: Request, next: Next) -> Response {
     let path = request
         .extensions()
         .get::<MatchedPath>()
@@ -82,6 +85,8 @@ async fn check(State(keys): State<KeyRing>, request: Request, next: Next) -> Res
                 kind = caller.kind.as_str(),
                 name = caller.name.as_deref().unwrap_or("")
             );
+            // Handlers that audit (a fence reset) name the token's holder.
+            request.extensions_mut().insert(caller);
             next.run(request).instrument(span).await
         }
         Err(Denied::Forbidden(message)) => {

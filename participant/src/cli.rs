@@ -83,6 +83,27 @@ pub struct Args {
     /// coordinator out for ever). Off when peers authenticate (docs/security.md).
     #[arg(long, default_value_t = crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT)]
     pub epoch_jump_max: u64,
+    /// Fence keys, one per line (the lease service's --fence-key-file): fencing tokens must
+    /// then carry the lease service's proof (409 invalid_fence_proof without it), and no jump
+    /// bound applies (docs/leases.md).
+    #[arg(long, value_name = "FILE")]
+    pub fence_key_file: Option<std::path::PathBuf>,
+    /// Without --fence-key-file: most a fencing token may rise above every token accepted
+    /// here; a bigger jump is refused 409 token_too_high (a typo must not fence a resource
+    /// off for ever).
+    #[arg(long, default_value_t = crate::fence::policy::FENCE_TOKEN_JUMP_MAX_DEFAULT)]
+    pub fence_token_jump_max: u64,
+    /// How long a fenced resource's highest token is kept after its last accepted write;
+    /// then it joins the floor that every unlisted resource must reach.
+    #[arg(long, default_value_t = 7 * 24 * 60 * 60 * 1000)]
+    pub fence_retention_ms: u64,
+    /// How long a fenced write's answer is kept for a repeat of its op_id; a repeat after
+    /// that is a new write.
+    #[arg(long, default_value_t = 24 * 60 * 60 * 1000)]
+    pub op_answer_retention_ms: u64,
+    /// Most fenced-write answers kept (the oldest go first).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub op_answers_max: usize,
     /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
@@ -255,6 +276,19 @@ impl Args {
         config.engine.lock_waiters_max = self.lock_waiters_max;
         config.engine.epoch_jump_max =
             crate::epoch_bound::in_force(self.epoch_jump_max, &config.keys);
+        config.engine.fence = crate::fence::FencePolicy {
+            keys: self
+                .fence_key_file
+                .as_deref()
+                .map(load_fence_keys)
+                .transpose()?,
+            jump_max: self.fence_token_jump_max,
+        };
+        config.engine.fence_retention = crate::fence::table::FenceRetention {
+            highest_ms: self.fence_retention_ms,
+            answers_ms: self.op_answer_retention_ms,
+            answers_max: self.op_answers_max,
+        };
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);
@@ -265,6 +299,15 @@ impl Args {
         config.tick_ms = (self.in_doubt_after_ms / 4).clamp(10, 100);
         Ok(config)
     }
+}
+
+/// Reads a fence key file (`protocol::fence_proof`); a file that does not read or check is a
+/// configuration error.
+fn load_fence_keys(path: &std::path::Path) -> Result<protocol::fence_proof::FenceKeys, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--fence-key-file {}: {e}", path.display()))?;
+    protocol::fence_proof::FenceKeys::parse(&path.display().to_string(), &text)
+        .map_err(|e| format!("--fence-key-file refused: {e}"))
 }
 
 /// Runs the service; returns the process exit code (0 clean shutdown, 1 runtime failure,

@@ -9,6 +9,8 @@ pub const AFTER_PREPARED_DURABLE: &str = "participant::after_prepared_durable";
 pub const AFTER_COMMIT_LOGGED: &str = "participant::after_commit_logged";
 /// Fenced write: its record (token, value, answer) is durable, the answer not yet sent.
 pub const AFTER_FENCED_WRITE_LOGGED: &str = "participant::after_fenced_write_logged";
+/// Fence reset: the operator's reset is durable, the answer not yet sent.
+pub const AFTER_FENCE_RESET_LOGGED: &str = "participant::after_fence_reset_logged";
 
 /// Saga action: applied and its record durable, the answer not yet sent (issue 13).
 pub const SAGA_AFTER_ACTION_APPLIED: &str = "participant::saga_after_action_applied";

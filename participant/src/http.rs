@@ -139,6 +139,8 @@ impl<R: Resource> Participant<R> {
             .route(routes::SAGA_ACTION, post(saga_action::<R>))
             .route(routes::SAGA_COMPENSATE, post(saga_compensate::<R>))
             .route(routes::SAGA_OP, get(saga_op_status::<R>))
+            .route(routes::FENCE, get(crate::fence_http::status::<R>))
+            .route(routes::FENCE_RESET, post(crate::fence_http::reset::<R>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
@@ -167,6 +169,7 @@ impl<R: Resource> Participant<R> {
             ..gauges
         };
         let mut text = self.metrics().render(&gauges);
+        text.push_str(&self.with_engine(|engine| fence_metrics(engine.fences())));
         let stats = self.wal().stats();
         text.push_str(&format!(
             "# HELP twopc_wal_fsyncs_total fdatasync calls of the log.\n\
@@ -182,6 +185,31 @@ impl<R: Resource> Participant<R> {
         ));
         text
     }
+}
+
+/// The fence table's size, floor and what retention took (docs/leases.md, "Retention").
+fn fence_metrics(fences: &crate::fence::Fences) -> String {
+    let pruned = fences.pruned();
+    format!(
+        "# HELP twopc_participant_fence_entries Fenced resources and op answers remembered.\n\
+         # TYPE twopc_participant_fence_entries gauge\n\
+         twopc_participant_fence_entries {}\n\
+         # HELP twopc_participant_fence_floor The token every resource without an entry must reach.\n\
+         # TYPE twopc_participant_fence_floor gauge\n\
+         twopc_participant_fence_floor {}\n\
+         # HELP twopc_participant_fence_pruned_total Entries the fence retention took.\n\
+         # TYPE twopc_participant_fence_pruned_total counter\n\
+         twopc_participant_fence_pruned_total{{what=\"highest_token\"}} {}\n\
+         twopc_participant_fence_pruned_total{{what=\"op_answer\"}} {}\n\
+         # HELP twopc_participant_fence_resets Operator resets of fences kept in the audit trail.\n\
+         # TYPE twopc_participant_fence_resets gauge\n\
+         twopc_participant_fence_resets {}\n",
+        fences.len(),
+        fences.floor(),
+        pruned.highest,
+        pruned.answers,
+        fences.resets().len(),
+    )
 }
 
 /// Adds what every service answers the same way: 404 `unknown_route`, 405

@@ -21,6 +21,7 @@ pub mod decision_client;
 pub mod engine;
 pub mod epoch_bound;
 pub mod fence;
+mod fence_http;
 pub mod http;
 pub mod kv;
 mod locks;

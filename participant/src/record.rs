@@ -96,6 +96,19 @@ pub enum Record {
     /// repeated op id or stale-token refusal; a repeated saga op or a saga op's status):
     /// forced, so the answer leaves only once they are durable. Replay ignores it.
     FencedRepeat { op_id: String },
+    /// A fenced write refused `stale_token` (type 23): forced before the answer (it is the
+    /// barrier that makes the writes behind the refusal durable first), so the refusal
+    /// outlives a crash even if an operator's reset later lowers the highest token: a write
+    /// told stale is never applied afterwards by a retry or a late copy.
+    FencedStale {
+        op_id: String,
+        refusal: crate::fence::StaleToken,
+        digest: protocol::digest::Digest,
+        at_ms: u64,
+    },
+    /// An operator's reset of a fenced resource's highest token (type 22): who, why, from
+    /// what to what. Forced before the answer; replay lowers the highest token again.
+    FenceReset(crate::fence::FenceReset),
 }
 
 /// The highest epoch seen from one coordinator id, and the run that claimed it.
@@ -136,6 +149,8 @@ impl Record {
             Record::SagaOp { .. } => 10,
             Record::FencedWrite { .. } => 20,
             Record::FencedRepeat { .. } => 21,
+            Record::FenceReset(_) => 22,
+            Record::FencedStale { .. } => 23,
         })
     }
 
@@ -149,6 +164,8 @@ impl Record {
             Record::SagaOp { .. } => "saga_op",
             Record::FencedWrite { .. } => "fenced_write",
             Record::FencedRepeat { .. } => "fenced_repeat",
+            Record::FenceReset(_) => "fence_reset",
+            Record::FencedStale { .. } => "fenced_stale",
         }
     }
 
@@ -187,7 +204,10 @@ impl Record {
                 epoch,
                 incarnation,
             } => (coordinator_id, epoch, incarnation),
-            Record::FencedWrite { .. } | Record::FencedRepeat { .. } => return None,
+            Record::FencedWrite { .. }
+            | Record::FencedRepeat { .. }
+            | Record::FenceReset(_)
+            | Record::FencedStale { .. } => return None,
         };
         Some((
             coordinator_id,
@@ -212,7 +232,7 @@ impl Record {
     ) -> Result<Record, DecodeError> {
         if !(1..=5).contains(&record_type.0)
             && record_type.0 != 10
-            && !(20..=21).contains(&record_type.0)
+            && !(20..=23).contains(&record_type.0)
         {
             return Err(DecodeError::UnknownType {
                 seq,
@@ -258,6 +278,38 @@ mod tests {
             Record::decode(1, RecordType(9), &bytes),
             Err(DecodeError::UnknownType { .. })
         ));
+        // Every fence record decodes under its own type (type 22 and 23 were refused as "not
+        // a participant record" when they were added, and only a restart showed it).
+        let fence_records = [
+            Record::FenceReset(crate::fence::FenceReset {
+                resource: "r".into(),
+                from: 9,
+                to: 1,
+                operator: "alice".into(),
+                reason: "typo".into(),
+                at_ms: 3,
+            }),
+            Record::FencedStale {
+                op_id: "w-1".into(),
+                refusal: crate::fence::StaleToken {
+                    resource: "r".into(),
+                    token: 1,
+                    highest: 9,
+                },
+                digest: protocol::digest::Digest(7),
+                at_ms: 4,
+            },
+            Record::FencedRepeat {
+                op_id: "w-1".into(),
+            },
+        ];
+        for record in fence_records {
+            let bytes = record.encode();
+            assert_eq!(
+                Record::decode(1, record.record_type(), &bytes).unwrap(),
+                record
+            );
+        }
         // A record written before attempts had global ids is refused by name, never guessed.
         let old = br#"{"type":"committed","txid":"t1","coordinator_id":"c","epoch":2,"at_ms":5}"#;
         assert!(matches!(

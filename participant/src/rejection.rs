@@ -53,6 +53,14 @@ pub enum Rejection {
          token); its answer is not this write's: use a new op id for a new write"
     )]
     OpIdConflict { op_id: String },
+    /// A fence claim the resource cannot trust: no valid proof, or a token too far above
+    /// every token accepted here (`crate::fence::policy`). Stale tokens are answered, not
+    /// rejected (`crate::fence::FencedAnswer::Stale`).
+    #[error("{0}")]
+    FenceRefused(crate::fence::FenceRefusal),
+    /// An operator's fence reset that does not apply.
+    #[error("{0}")]
+    ResetRefused(crate::fence::ResetRefused),
 }
 
 impl Rejection {
@@ -72,7 +80,9 @@ impl Rejection {
             | Rejection::InvalidPayload(_)
             | Rejection::PayloadTooLarge { .. }
             | Rejection::KeyLocked { .. }
-            | Rejection::OpIdConflict { .. } => None,
+            | Rejection::OpIdConflict { .. }
+            | Rejection::FenceRefused(_)
+            | Rejection::ResetRefused(_) => None,
         }
     }
 
@@ -87,6 +97,16 @@ impl Rejection {
             Rejection::KeyLocked { .. } => ErrorCode::KeyLocked,
             Rejection::EpochTooHigh { .. } => ErrorCode::EpochTooHigh,
             Rejection::OpIdConflict { .. } => ErrorCode::OpIdConflict,
+            Rejection::FenceRefused(refusal) => match refusal {
+                crate::fence::FenceRefusal::Stale(_) => ErrorCode::StaleToken,
+                crate::fence::FenceRefusal::Unproven { .. } => ErrorCode::InvalidFenceProof,
+                crate::fence::FenceRefusal::TooHigh { .. } => ErrorCode::TokenTooHigh,
+            },
+            Rejection::ResetRefused(refused) => match refused {
+                crate::fence::ResetRefused::Unknown { .. } => ErrorCode::NotFound,
+                crate::fence::ResetRefused::Changed { .. } => ErrorCode::FenceChanged,
+                crate::fence::ResetRefused::NotLower { .. } => ErrorCode::InvalidReset,
+            },
         }
     }
 }

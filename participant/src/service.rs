@@ -110,11 +110,21 @@ impl<R: Resource> std::fmt::Debug for Participant<R> {
     }
 }
 
-/// Unix time in milliseconds (0 if the clock is before 1970).
+/// The participant's clock, in Unix milliseconds: the wall clock read once, at first use,
+/// then advanced by the monotonic clock. Retention (tombstones, fence answers) is measured on
+/// it, so a wall clock stepped while the process runs cannot age an entry early and let a
+/// late duplicate apply twice; a step while it is down counts as time passed
+/// (docs/leases.md, "Retention").
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    static START: std::sync::OnceLock<(u64, Instant)> = std::sync::OnceLock::new();
+    let (base_ms, started) = START.get_or_init(|| {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        (wall, Instant::now())
+    });
+    let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    base_ms.saturating_add(elapsed)
 }
 
 impl<R: Resource> Participant<R> {
@@ -269,7 +279,9 @@ impl<R: Resource> Participant<R> {
         let result = match reply {
             Some(Reply::Vote(vote)) => Ok(vote),
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Ack | Reply::Fenced(_)) | None => Err(internal("prepare produced no vote")),
+            Some(Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_)) | None => {
+                Err(internal("prepare produced no vote"))
+            }
         };
         match &result {
             Ok(Vote::Yes) => {
@@ -311,8 +323,37 @@ impl<R: Resource> Participant<R> {
                 Ok(answer)
             }
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Vote(_) | Reply::Ack) | None => {
+            Some(Reply::Vote(_) | Reply::Ack | Reply::FenceReset(_)) | None => {
                 Err(internal("a fenced write produced no answer"))
+            }
+        }
+    }
+
+    /// An operator lowers a fenced resource's highest token (`crate::fence::table`): answered
+    /// with the reset as logged, once its record is durable.
+    pub async fn reset_fence(
+        &self,
+        request: crate::fence::FenceResetRequest,
+    ) -> Result<crate::fence::FenceReset, RequestError> {
+        let reply = self
+            .run(Event::ResetFence {
+                request,
+                now_ms: now_ms(),
+            })
+            .await?;
+        match reply {
+            Some(Reply::FenceReset(reset)) => {
+                crash_point(crash::AFTER_FENCE_RESET_LOGGED);
+                tracing::warn!(
+                    resource = %reset.resource, from = reset.from, to = reset.to,
+                    operator = %reset.operator, reason = %reset.reason,
+                    "fence reset by an operator"
+                );
+                Ok(reset)
+            }
+            Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
+            Some(Reply::Vote(_) | Reply::Ack | Reply::Fenced(_)) | None => {
+                Err(internal("a fence reset produced no answer"))
             }
         }
     }
@@ -383,11 +424,23 @@ impl<R: Resource> Participant<R> {
     /// Scans for attempts in doubt for too long and for lock waits past their deadline;
     /// returns the queries to send.
     pub(crate) async fn tick(&self) -> Vec<(TxId, DecisionQuery)> {
+        let pruned_before = self.with_engine(|engine| engine.fences().pruned());
         match self
             .run_step(|_| Event::Tick { now_ms: now_ms() }, None)
             .await
         {
-            Ok(stepped) => stepped.asks,
+            Ok(stepped) => {
+                let pruned = self.with_engine(|engine| engine.fences().pruned());
+                if pruned != pruned_before {
+                    // Never silently: what retention took is said here and counted in metrics.
+                    tracing::info!(
+                        highest_tokens = pruned.highest - pruned_before.highest,
+                        op_answers = pruned.answers - pruned_before.answers,
+                        "fence retention: idle resources joined the floor, old op answers went"
+                    );
+                }
+                stepped.asks
+            }
             Err(error) => {
                 tracing::debug!(%error, "tick not run");
                 Vec::new()
@@ -560,7 +613,9 @@ impl<R: Resource> Participant<R> {
                 | Record::Fence { .. }
                 | Record::SagaOp { .. }
                 | Record::FencedWrite { .. }
-                | Record::FencedRepeat { .. },
+                | Record::FencedRepeat { .. }
+                | Record::FenceReset(_)
+                | Record::FencedStale { .. },
             ) => Durability::Forced,
         };
         self.inner
@@ -635,7 +690,9 @@ fn ack_or_reject(reply: Option<Reply>) -> Result<(), RequestError> {
     match reply {
         Some(Reply::Ack) => Ok(()),
         Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-        Some(Reply::Vote(_) | Reply::Fenced(_)) | None => Err(internal("decision produced no ack")),
+        Some(Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_)) | None => {
+            Err(internal("decision produced no ack"))
+        }
     }
 }
 

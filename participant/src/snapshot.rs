@@ -112,6 +112,7 @@ impl<R: Resource> Engine<R> {
         let resource = R::restore(snapshot.resource).map_err(ReplayError::Snapshot)?;
         let mut engine = Engine::new(config, resource);
         engine.fences = snapshot.fences;
+        engine.fences.reindex();
         for entry in snapshot.epochs {
             engine.epochs.insert(
                 entry.coordinator_id,

@@ -1,12 +1,15 @@
-//! Fenced writes outside 2PC: one step checks the op id, the token and the locks, applies the
-//! write and logs token, value and answer in one forced record. And the fence's part in 2PC:
-//! the lock keys a fence claim takes.
+//! Fenced writes outside 2PC: one step checks the op id, the token (its proof or jump bound,
+//! then the highest-token rule) and the locks, applies the write and logs token, value and
+//! answer in one forced record. The operator's audited reset, the fence table's retention, and
+//! the fence's part in 2PC and sagas: the lock keys a fence claim takes.
 
 use protocol::lease::FenceClaim;
 
 use super::phases::dedup;
 use super::{Command, Engine, ReplayError, Reply};
-use crate::fence::{FencedAnswer, FencedWrite, OpIdReused, lock_key};
+use crate::fence::{
+    FenceRefusal, FenceReset, FenceResetRequest, FencedAnswer, FencedWrite, OpIdReused, lock_key,
+};
 use crate::record::Record;
 use crate::rejection::Rejection;
 use crate::resource::Resource;
@@ -29,6 +32,10 @@ fn barrier(op_id: String, reply: Reply) -> Vec<Command> {
     ]
 }
 
+fn reject(rejection: Rejection) -> Vec<Command> {
+    vec![Command::Reply(Reply::Reject(rejection))]
+}
+
 impl<R: Resource> Engine<R> {
     pub(super) fn fenced_write(&mut self, write: FencedWrite, now_ms: u64) -> Vec<Command> {
         let digest = write.digest();
@@ -38,26 +45,39 @@ impl<R: Resource> Engine<R> {
             Ok(Some(first)) => return barrier(write.op_id, Reply::Fenced(first.clone())),
             Ok(None) => {}
             Err(OpIdReused) => {
-                return vec![Command::Reply(Reply::Reject(Rejection::OpIdConflict {
-                    op_id: write.op_id,
-                }))];
+                return reject(Rejection::OpIdConflict { op_id: write.op_id });
             }
         }
         let staged = match self.resource.parse(&write.payload) {
             Ok(staged) => staged,
-            Err(e) => {
-                return vec![Command::Reply(Reply::Reject(Rejection::InvalidPayload(
-                    e.0,
-                )))];
-            }
+            Err(e) => return reject(Rejection::InvalidPayload(e.0)),
         };
-        if let Err(stale) = self.fences.check(&write.fence) {
-            // Not logged, but answered only once the writes that raised the highest token are
-            // durable (the barrier): the highest never falls after that, so a repeat is
-            // refused again even after a restart forgot this answer.
-            let answer = FencedAnswer::Stale(stale);
-            self.fences.remember(&write.op_id, digest, answer.clone());
-            return barrier(write.op_id, Reply::Fenced(answer));
+        match self.fences.check(&write.fence, &self.config.fence) {
+            Ok(()) => {}
+            Err(FenceRefusal::Stale(stale)) => {
+                // Forced before the answer: it is the barrier behind which the writes that
+                // raised the highest token become durable, and it keeps the refusal itself
+                // across a crash, so even an operator's later reset of the highest token
+                // cannot let a retry of this write in.
+                let answer = FencedAnswer::Stale(stale.clone());
+                self.fences
+                    .remember(&write.op_id, digest, answer.clone(), now_ms);
+                return vec![
+                    Command::Log {
+                        record: Record::FencedStale {
+                            op_id: write.op_id,
+                            refusal: stale,
+                            digest,
+                            at_ms: now_ms,
+                        },
+                        forced: true,
+                    },
+                    Command::Reply(Reply::Fenced(answer)),
+                ];
+            }
+            // A token the resource cannot trust: refused without touching the op id, so a
+            // forger cannot take an honest writer's op id either.
+            Err(refusal) => return reject(Rejection::FenceRefused(refusal)),
         }
         let written = self.resource.lock_keys(&staged);
         let keys = lock_keys(written.clone(), std::slice::from_ref(&write.fence));
@@ -65,24 +85,20 @@ impl<R: Resource> Engine<R> {
             .iter()
             .find_map(|key| self.locks.holder(key).map(|h| (key.clone(), h.clone())))
         {
-            return vec![Command::Reply(Reply::Reject(Rejection::KeyLocked {
-                key,
-                holder,
-            }))];
+            return reject(Rejection::KeyLocked { key, holder });
         }
         if let Err(reason) = self.resource.check(&staged) {
-            return vec![Command::Reply(Reply::Reject(Rejection::InvalidPayload(
-                reason,
-            )))];
+            return reject(Rejection::InvalidPayload(reason));
         }
         self.resource.apply(staged);
-        self.fences.accept(&write.fence);
+        self.fences.accept(&write.fence, now_ms);
         let receipt = self.resource.receipt(&written);
         let answer = FencedAnswer::Applied {
             token: write.fence.token,
             receipt: receipt.clone(),
         };
-        self.fences.remember(&write.op_id, digest, answer.clone());
+        self.fences
+            .remember(&write.op_id, digest, answer.clone(), now_ms);
         vec![
             Command::Log {
                 record: Record::FencedWrite {
@@ -99,8 +115,64 @@ impl<R: Resource> Engine<R> {
         ]
     }
 
-    /// A logged fenced write, at replay: applied once, in log order, whatever the highest
-    /// token is now (the check passed when it was written).
+    /// An operator lowers a resource's highest token: checked against what they saw
+    /// (compare-and-set), refused while a prepared transaction holds the resource's fence,
+    /// then logged (forced) with who and why before the answer.
+    pub(super) fn reset_fence(&mut self, request: FenceResetRequest, now_ms: u64) -> Vec<Command> {
+        if let Err(refused) = self.fences.check_reset(&request) {
+            return reject(Rejection::ResetRefused(refused));
+        }
+        let key = lock_key(&request.resource);
+        if let Some(holder) = self.locks.holder(&key) {
+            return reject(Rejection::KeyLocked {
+                key,
+                holder: holder.clone(),
+            });
+        }
+        let reset = FenceReset {
+            resource: request.resource,
+            from: request.from,
+            to: request.to,
+            operator: request.operator,
+            reason: request.reason,
+            at_ms: now_ms,
+        };
+        self.fences.apply_reset(reset.clone());
+        vec![
+            Command::Log {
+                record: Record::FenceReset(reset.clone()),
+                forced: true,
+            },
+            Command::Reply(Reply::FenceReset(reset)),
+        ]
+    }
+
+    /// The fence table's retention pass; a resource whose fence a prepared transaction holds
+    /// is kept until its decision.
+    pub(super) fn prune_fences(&mut self, now_ms: u64) {
+        let locks = &self.locks;
+        self.fences
+            .prune(now_ms, &self.config.fence_retention, |resource| {
+                locks.holder(&lock_key(resource)).is_some()
+            });
+    }
+
+    /// A logged stale-token refusal, at replay: its op id keeps that answer.
+    pub(super) fn replay_fenced_stale(
+        &mut self,
+        op_id: &str,
+        refusal: crate::fence::StaleToken,
+        digest: protocol::digest::Digest,
+        at_ms: u64,
+    ) {
+        self.fences
+            .remember_replayed(op_id, digest, FencedAnswer::Stale(refusal), at_ms);
+    }
+
+    /// A logged fenced write, at replay: applied in log order, whatever the highest token is
+    /// now (the check passed when it was written). Records after the checkpoint are replayed
+    /// once each; an op id met twice was reused after retention took its first answer, and
+    /// the live engine applied both, so replay does too.
     pub(super) fn replay_fenced_write(
         &mut self,
         op_id: String,
@@ -108,10 +180,8 @@ impl<R: Resource> Engine<R> {
         token: u64,
         payload: &serde_json::Value,
         receipt: serde_json::Value,
+        at_ms: u64,
     ) -> Result<(), ReplayError> {
-        if self.fences.answer(&op_id).is_some() {
-            return Ok(());
-        }
         let staged = self
             .resource
             .parse(payload)
@@ -121,10 +191,14 @@ impl<R: Resource> Engine<R> {
             })?;
         self.resource.apply(staged);
         let digest = crate::fence::written_digest(&resource, token, payload);
-        let claim = FenceClaim { resource, token };
-        self.fences.accept(&claim);
         self.fences
-            .remember(&op_id, digest, FencedAnswer::Applied { token, receipt });
+            .accept(&FenceClaim::unproven(resource, token), at_ms);
+        self.fences.remember_replayed(
+            &op_id,
+            digest,
+            FencedAnswer::Applied { token, receipt },
+            at_ms,
+        );
         Ok(())
     }
 }

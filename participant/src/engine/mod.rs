@@ -197,6 +197,7 @@ impl<R: Resource> Engine<R> {
             }
             Event::Tick { now_ms } => {
                 self.tombstones.prune(now_ms);
+                self.prune_fences(now_ms);
                 self.tick(now_ms)
             }
             Event::DecisionAnswer {
@@ -206,6 +207,7 @@ impl<R: Resource> Engine<R> {
                 entropy,
             } => self.decision_answer(gtid, answer, now_ms, entropy),
             Event::FencedWrite { write, now_ms } => self.fenced_write(write, now_ms),
+            Event::ResetFence { request, now_ms } => self.reset_fence(request, now_ms),
         }
     }
 

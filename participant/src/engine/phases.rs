@@ -270,8 +270,8 @@ impl<R: Resource> Engine<R> {
         }
         self.resource.check(&staged).map_err(Refusal::No)?;
         self.fences
-            .check_all(&claims)
-            .map_err(|stale| Refusal::No(stale.to_string()))?;
+            .check_all(&claims, &self.config.fence)
+            .map_err(|refusal| Refusal::No(refusal.to_string()))?;
         Ok(Admitted::Prepared(self.hold(
             Holding {
                 gtid: gtid.clone(),
@@ -535,7 +535,7 @@ impl<R: Resource> Engine<R> {
                 self.resource.apply(prepared.staged);
                 // Parsed when it prepared, so it parses now.
                 for claim in crate::fence::claims_in(&prepared.payload).unwrap_or_default() {
-                    self.fences.accept(&claim);
+                    self.fences.accept(&claim, at_ms);
                 }
             }
             Ended::Aborted | Ended::Refused { .. } => self.resource.release(prepared.staged),

@@ -95,14 +95,21 @@ impl<R: Resource> Engine<R> {
                 self.replay_end(gtid, at_ms, Ended::Refused { reason });
             }
             Record::Fence { .. } | Record::FencedRepeat { .. } => {}
+            Record::FenceReset(reset) => self.fences.apply_reset(reset),
+            Record::FencedStale {
+                op_id,
+                refusal,
+                digest,
+                at_ms,
+            } => self.replay_fenced_stale(&op_id, refusal, digest, at_ms),
             Record::FencedWrite {
                 op_id,
                 resource,
                 token,
                 payload,
                 receipt,
-                ..
-            } => self.replay_fenced_write(op_id, resource, token, &payload, receipt)?,
+                at_ms,
+            } => self.replay_fenced_write(op_id, resource, token, &payload, receipt, at_ms)?,
         }
         Ok(())
     }

@@ -30,6 +30,11 @@ pub struct EngineConfig {
     /// Most an epoch may rise above the highest held for its coordinator in one message
     /// (`crate::epoch_bound`). `None` when peers authenticate: only they reach the engine.
     pub epoch_jump_max: Option<u64>,
+    /// Which fencing tokens are taken at all: with the lease service's key, only proven ones;
+    /// without, none that jumps too far (`crate::fence::policy`).
+    pub fence: crate::fence::FencePolicy,
+    /// How long fenced resources' highest tokens and op ids' answers are kept.
+    pub fence_retention: crate::fence::table::FenceRetention,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +48,8 @@ impl Default for EngineConfig {
             lock_wait_max_ms: 2_000,
             lock_waiters_max: 4_096,
             epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
+            fence: crate::fence::FencePolicy::default(),
+            fence_retention: crate::fence::table::FenceRetention::default(),
         }
     }
 }
@@ -83,6 +90,11 @@ pub enum Event {
         write: crate::fence::FencedWrite,
         now_ms: u64,
     },
+    /// An operator lowers a fenced resource's highest token (audited; `crate::fence::table`).
+    ResetFence {
+        request: crate::fence::FenceResetRequest,
+        now_ms: u64,
+    },
 }
 
 impl Event {
@@ -94,7 +106,8 @@ impl Event {
             | Event::Abort { now_ms, .. }
             | Event::Tick { now_ms }
             | Event::DecisionAnswer { now_ms, .. }
-            | Event::FencedWrite { now_ms, .. } => *now_ms,
+            | Event::FencedWrite { now_ms, .. }
+            | Event::ResetFence { now_ms, .. } => *now_ms,
         }
     }
 }
@@ -124,6 +137,8 @@ pub enum Reply {
     Reject(Rejection),
     /// A fenced write's answer (the first one, for a repeated op id).
     Fenced(crate::fence::FencedAnswer),
+    /// An operator's reset, as logged.
+    FenceReset(crate::fence::FenceReset),
 }
 
 /// A transaction holding its locks between prepare and decision.

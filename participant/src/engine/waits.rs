@@ -250,7 +250,11 @@ impl<R: Resource> Engine<R> {
         let gtid = order.1;
         let fenced = crate::fence::claims_in(&waiter.payload)
             .map_err(|e| e.0)
-            .and_then(|claims| self.fences.check_all(&claims).map_err(|s| s.to_string()));
+            .and_then(|claims| {
+                self.fences
+                    .check_all(&claims, &self.config.fence)
+                    .map_err(|refusal| refusal.to_string())
+            });
         if let Err(reason) = self.resource.check(&waiter.staged).and(fenced) {
             self.refuse_waiter(&gtid, waiter, reason, now_ms, out);
             return;
