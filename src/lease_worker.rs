@@ -67,14 +67,17 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = crate::client::build(&args.client, Duration::from_secs(10))?;
     let lease_url = format!("{}/v1/leases/{}", args.coordinator, args.lease);
     let started = Instant::now();
-    let token = loop {
+    // The grant's proof (when the lease service signs) goes with every write, so a
+    // participant that checks proofs can tell the token was granted to this holder.
+    let (token, proof) = loop {
         let body = json!({"holder": args.holder, "ttl_ms": args.ttl_ms});
         let (status, answer) = call(client.post(&lease_url).json(&body), "acquire").await?;
         match (status, answer["error"].as_str()) {
             (200, _) => {
-                break answer["token"]
+                let token = answer["token"]
                     .as_u64()
                     .context("a grant without a token")?;
+                break (token, answer["proof"].as_str().map(str::to_string));
             }
             (409, Some("lease_held"))
                 if started.elapsed().as_millis() < u128::from(args.acquire_timeout_ms) =>
@@ -103,7 +106,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let body = json!({
             "value": format!("{}-{write}", args.holder),
-            "fence": {"resource": args.lease, "token": token},
+            "fence": {"resource": args.lease, "token": token, "holder": args.holder, "proof": proof},
             "op_id": format!("{}-{token}-{write}", args.holder),
         });
         let (status, answer) = call(client.put(&key_url).json(&body), "write").await?;

@@ -68,8 +68,47 @@ pub fn coordinator_of(binary: PathBuf, dir: &Path, participant_url: &str, extra:
 }
 
 pub fn participant(binary: PathBuf, dir: &Path, failpoint: Option<&str>) -> Node {
-    let args = ["participant", "--name", "kv"].map(String::from).to_vec();
-    node(binary, dir, "participant", args, failpoint)
+    participant_with(binary, dir, &[]).pipe_failpoint(failpoint)
+}
+
+/// A participant (named `kv`) with `extra` flags (`--fence-key-file`, say).
+pub fn participant_with(binary: PathBuf, dir: &Path, extra: &[&str]) -> PendingNode {
+    let mut args = ["participant", "--name", "kv"].map(String::from).to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    PendingNode {
+        binary,
+        dir: dir.to_path_buf(),
+        name: "participant",
+        args,
+    }
+}
+
+/// A lease service (a coordinator) with `extra` flags (`--fence-key-file`, say).
+pub fn coordinator_with(binary: PathBuf, dir: &Path, extra: &[&str]) -> Node {
+    let mut args = ["coordinator", "--participant", "kv=http://127.0.0.1:9"]
+        .map(String::from)
+        .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    node(binary, dir, "coordinator", args, None)
+}
+
+/// A node described but not started yet: `start()` it, or arm a crash point first.
+#[derive(Debug)]
+pub struct PendingNode {
+    binary: PathBuf,
+    dir: PathBuf,
+    name: &'static str,
+    args: Vec<String>,
+}
+
+impl PendingNode {
+    pub fn start(self) -> Node {
+        self.pipe_failpoint(None)
+    }
+
+    fn pipe_failpoint(self, failpoint: Option<&str>) -> Node {
+        node(self.binary, &self.dir, self.name, self.args, failpoint)
+    }
 }
 
 /// Restarts a node that aborted at its crash point, disarmed.

@@ -758,6 +758,57 @@ async fn participant_after_fenced_write_logged() {
     );
 }
 
+/// An operator's fence reset logged but unanswered: after the restart the reset holds (the
+/// fence reads as reset, with who and why), a repeat of the same reset is `fence_changed`
+/// (the operator reads again and sees it done), and a write told `stale_token` before the
+/// reset stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_after_fence_reset_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = participant(
+        failpoints_binary(),
+        dir.path(),
+        Some("participant::after_fence_reset_logged"),
+    );
+    assert_eq!(
+        fenced_put(&p, "orders", "x", 900, "forged")
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    let (status, stale) = fenced_put(&p, "orders", "y", 7, "w-1").await.unwrap();
+    assert_eq!((status, stale["highest"].as_u64()), (409, Some(900)));
+    let operator = p.http_as(protocol::auth::Kind::Operator);
+    let url = format!("{}/v1/fences/orders-partition-3", p.url());
+    let reset = json!({"from": 900, "to": 7, "operator": "alice", "reason": "never granted"});
+    assert!(
+        send(operator.post(format!("{url}/reset")).json(&reset))
+            .await
+            .is_err(),
+        "aborted before answering"
+    );
+    restart_disarmed(&mut p);
+    let (status, seen) = send(operator.get(&url)).await.unwrap();
+    assert_eq!((status, seen["highest"].as_u64()), (200, Some(7)), "{seen}");
+    assert_eq!(seen["resets"][0]["reason"], "never granted", "{seen}");
+    let (status, again) = send(operator.post(format!("{url}/reset")).json(&reset))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, again["error"].as_str()),
+        (409, Some("fence_changed"))
+    );
+    let (status, still) = fenced_put(&p, "orders", "y", 7, "w-1").await.unwrap();
+    assert_eq!(
+        (status, still["error"].as_str()),
+        (409, Some("stale_token")),
+        "told stale before the reset: {still}"
+    );
+    let (status, fresh) = fenced_put(&p, "orders", "z", 7, "w-2").await.unwrap();
+    assert_eq!(status, 200, "{fresh}");
+}
+
 // PostgreSQL participants (docs/postgres.md): the same crash points' meaning on a participant
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
 // Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with

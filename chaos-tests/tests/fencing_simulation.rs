@@ -1,8 +1,12 @@
 //! Seeded runs of leases and fenced writes (`chaos_tests::sim::fencing`): grants, renewals,
 //! holders that pause between checking their lease and writing, delayed, duplicated and lost
 //! messages, crashes of the lease service and of the participant, checkpoints; after every
-//! event, no write with a lower token than an accepted one is applied, no op id applies twice
-//! or changes its answer, and no token is granted twice.
+//! event, no write with a lower token than an accepted one is applied (between operator
+//! resets), no op id applies twice within its retention or changes its answer, a reused op id
+//! never gets another write's receipt, no forged token is applied where proofs are checked
+//! (and none past the jump bound where they are not), and no token is granted twice. A forger
+//! and an operator who resets forged fences take part; the participant prunes its fence table
+//! and its clock steps at restarts.
 //!
 //! `TWOPC_FENCING_SEEDS=N` runs that many seeds (default 500); `TWOPC_FENCING_SEED=S` one.
 
@@ -29,6 +33,11 @@ fn every_fencing_invariant_holds() {
         total.repeats += stats.repeats;
         total.crashes += stats.crashes;
         total.pauses += stats.pauses;
+        total.forged += stats.forged;
+        total.forged_applied += stats.forged_applied;
+        total.op_id_conflicts += stats.op_id_conflicts;
+        total.resets += stats.resets;
+        total.pruned += stats.pruned;
     }
     println!("{total:?}");
     if env_u64("TWOPC_FENCING_SEED").is_none() {
@@ -37,6 +46,16 @@ fn every_fencing_invariant_holds() {
         assert!(total.grants > 500 && total.applied > 1_000, "{total:?}");
         assert!(
             total.stale > 100 && total.repeats > 100 && total.crashes > 100,
+            "{total:?}"
+        );
+        // The adversary was busy: forged tokens (some in, without a key, then reset by the
+        // operator), reused op ids refused, and retention at work.
+        assert!(
+            total.forged > 1_000 && total.forged_applied > 10 && total.resets > 10,
+            "{total:?}"
+        );
+        assert!(
+            total.op_id_conflicts > 50 && total.pruned > 1_000,
             "{total:?}"
         );
     }
@@ -63,6 +82,16 @@ fn a_fenced_write_answered_before_it_is_durable_is_caught() {
     println!("seed {seed}: {error}");
     assert!(
         error.contains("lost") || error.contains("answered"),
+        "{error}"
+    );
+}
+
+#[test]
+fn retention_on_a_clock_that_steps_within_a_run_is_caught() {
+    let (seed, error) = caught(FencingMutation::SteppingClock).expect("no seed caught it");
+    println!("seed {seed}: {error}");
+    assert!(
+        error.contains("applied twice") || error.contains("answered"),
         "{error}"
     );
 }

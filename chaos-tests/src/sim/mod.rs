@@ -23,6 +23,7 @@
 mod coordinator_node;
 mod disk;
 pub mod fencing;
+pub mod fencing_adversary;
 mod forger;
 mod invariants;
 mod io;

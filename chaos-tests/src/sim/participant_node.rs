@@ -137,7 +137,9 @@ impl ParticipantNode {
             | Record::Fence { .. }
             | Record::SagaOp { .. }
             | Record::FencedWrite { .. }
-            | Record::FencedRepeat { .. } => {}
+            | Record::FencedRepeat { .. }
+            | Record::FenceReset(_)
+            | Record::FencedStale { .. } => {}
         }
     }
 
@@ -308,7 +310,7 @@ impl ParticipantNode {
                 let (answer, wait) = match self.step(io, event) {
                     Some((Reply::Ack, wait)) => (Ok(()), wait),
                     Some((Reply::Reject(r), wait)) => (Err(refusal(&r)), wait),
-                    Some((Reply::Vote(_) | Reply::Fenced(_), wait)) => (
+                    Some((Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_), wait)) => (
                         Err(ErrorBody::new(ErrorCode::Internal, "vote to a decision")),
                         wait,
                     ),
@@ -359,7 +361,7 @@ impl ParticipantNode {
         let answer = match reply {
             Reply::Vote(vote) => Ok(vote),
             Reply::Reject(r) => Err(refusal(&r)),
-            Reply::Ack | Reply::Fenced(_) => {
+            Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_) => {
                 Err(ErrorBody::new(ErrorCode::Internal, "ack to a prepare"))
             }
         };

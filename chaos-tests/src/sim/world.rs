@@ -159,6 +159,7 @@ impl World {
             lock_waiters_max: 64,
             epoch_jump_max: (config.mutation != super::Mutation::NoEpochBound)
                 .then_some(super::forger::EPOCH_JUMP_MAX),
+            ..PartConfig::default()
         };
         let participants = shop
             .seeds()
