@@ -95,3 +95,16 @@ fn retention_on_a_clock_that_steps_within_a_run_is_caught() {
         "{error}"
     );
 }
+
+/// The barrier before a `stale_token` answer: without it, a refusal rests on writes a crash can
+/// still take back, and the refused write lands on retry (no test caught its removal before).
+#[test]
+fn a_stale_token_answered_before_the_writes_behind_it_are_durable_is_caught() {
+    let (seed, error) =
+        caught(FencingMutation::StaleAnswerBeforeDurable).expect("no seed caught it");
+    println!("seed {seed}: {error}");
+    assert!(
+        error.contains("stale_token and later applied") || error.contains("answered"),
+        "{error}"
+    );
+}

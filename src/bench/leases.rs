@@ -7,7 +7,9 @@
 //!
 //! A grant is an acquire of a name nobody holds (every one a new token and a forced log
 //! record); a fenced write is `PUT /v1/kv/{key}` with the fence of a lease held for the whole
-//! run, each worker on a key of its own, every write a new `op_id`.
+//! run, each worker on a key of its own, every write a new `op_id`. Both clusters run with a
+//! fence key (docs/leases.md): grants are signed and every fenced write's proof is checked, as
+//! a deployment with untrusted clients runs.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,19 +54,31 @@ pub struct LeaseCell {
 struct Target {
     coordinator: String,
     participant: String,
-    /// The fence token of the lease held for the whole run.
+    /// The fence token of the lease held for the whole run, and its proof.
     token: u64,
+    proof: Option<String>,
     /// Sends the cluster's operator token (each cluster has its own tokens).
     client: reqwest::Client,
     _cluster: LocalCluster,
 }
 
+/// The holder every bench lease is granted to.
+const HOLDER: &str = "bench";
+
 fn start(dir: &std::path::Path, durable: bool) -> Result<LocalCluster> {
-    let off = if durable {
-        Vec::new()
-    } else {
-        vec!["--unsafe-no-fsync".to_string()]
-    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = dir.join("fence.key");
+    if !key.exists() {
+        let secret: String = (0..64)
+            .map(|_| char::from(b"0123456789abcdef"[fastrand::usize(0..16)]))
+            .collect();
+        std::fs::write(&key, format!("{secret}\n"))
+            .with_context(|| format!("writing {}", key.display()))?;
+    }
+    let mut off = vec!["--fence-key-file".to_string(), key.display().to_string()];
+    if !durable {
+        off.push("--unsafe-no-fsync".to_string());
+    }
     let spec = ClusterSpec {
         binary: std::env::current_exe().context("cannot find the twopc binary")?,
         data_dir: dir.join(if durable { "leases" } else { "leases-no-fsync" }),
@@ -95,11 +109,11 @@ async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
     let participant = cluster
         .participant_url(PARTICIPANT)
         .context("the bench cluster has no kv participant")?;
-    let mut token = 0;
+    let (mut token, mut proof) = (0, None);
     for name in [FENCE, HELD] {
         let answer = client
             .post(format!("{coordinator}/v1/leases/{name}"))
-            .json(&json!({"holder": "bench", "ttl_ms": protocol::lease::LEASE_TTL_MS_MAX}))
+            .json(&json!({"holder": HOLDER, "ttl_ms": protocol::lease::LEASE_TTL_MS_MAX}))
             .send()
             .await?;
         if !answer.status().is_success() {
@@ -108,11 +122,13 @@ async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
         let grant: serde_json::Value = answer.json().await?;
         if name == FENCE {
             token = grant["token"].as_u64().context("a grant without a token")?;
+            proof = grant["proof"].as_str().map(str::to_string);
         }
     }
+    let fence = json!({"resource": FENCE, "token": token, "holder": HOLDER, "proof": proof});
     let answer = client
         .put(format!("{participant}/v1/kv/{READ_KEY}"))
-        .json(&json!({"value": 0, "fence": {"resource": FENCE, "token": token}, "op_id": "bench-read-0"}))
+        .json(&json!({"value": 0, "fence": fence, "op_id": "bench-read-0"}))
         .send()
         .await?;
     if !answer.status().is_success() {
@@ -122,6 +138,7 @@ async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
         coordinator,
         participant,
         token,
+        proof,
         client,
         _cluster: cluster,
     })
@@ -224,10 +241,11 @@ async fn measure(
     duration: Duration,
 ) -> Measured {
     let client = target.client.clone();
-    let (coordinator, participant, token) = (
+    let (coordinator, participant, token, proof) = (
         target.coordinator.clone(),
         target.participant.clone(),
         target.token,
+        target.proof.clone(),
     );
     closed_loop(concurrency, warmup, duration, move |worker, seq| {
         let request = match op {
@@ -239,7 +257,7 @@ async fn measure(
                 .put(format!("{participant}/v1/kv/{cell}-{worker}"))
                 .json(&json!({
                     "value": seq,
-                    "fence": {"resource": FENCE, "token": token},
+                    "fence": {"resource": FENCE, "token": token, "holder": HOLDER, "proof": proof},
                     "op_id": format!("{cell}-{worker}-{seq}"),
                 })),
             Op::KvRead => client.get(format!("{participant}/v1/kv/{READ_KEY}")),

@@ -50,6 +50,9 @@ pub enum FencingMutation {
     GrantBeforeDurable,
     /// The participant answers a fenced write before its record is durable.
     WriteAnswerBeforeDurable,
+    /// The participant answers `stale_token` before the forced record behind it is durable
+    /// (the barrier that makes the writes which raised the highest token durable first).
+    StaleAnswerBeforeDurable,
     /// The participant measures retention on a wall clock that steps within a run (the
     /// engine is fed the stepped time), so op answers go before their window is over.
     SteppingClock,
@@ -341,8 +344,16 @@ impl World {
         let Some(reply) = answer else {
             return;
         };
-        let early = self.mutation == FencingMutation::WriteAnswerBeforeDurable
-            && matches!(reply, Reply::Fenced(FencedAnswer::Applied { .. }));
+        let early = match (self.mutation, &reply) {
+            (
+                FencingMutation::WriteAnswerBeforeDurable,
+                Reply::Fenced(FencedAnswer::Applied { .. }),
+            ) => true,
+            (FencingMutation::StaleAnswerBeforeDurable, Reply::Fenced(FencedAnswer::Stale(_))) => {
+                true
+            }
+            _ => false,
+        };
         let payload = answer_of(reply);
         if logged && !early {
             self.part_waiting.push(payload);
