@@ -40,7 +40,7 @@ use participant::{Command, Engine, EngineConfig, Event, Rejection, Reply};
 use protocol::fence_proof::FenceKeys;
 use protocol::lease::FenceClaim;
 
-use super::fencing_adversary::{self, Forged};
+use super::fencing_adversary::{self, Forged, Target};
 
 /// A deliberate break of the runtimes' ordering, to show the checks catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,13 +78,13 @@ pub struct FencingStats {
     pub pruned: u64,
 }
 
-pub(crate) const RESOURCE: &str = "orders";
+const RESOURCE: &str = "orders";
 const WORKERS: usize = 3;
 const RUN_MS: u64 = 6_000;
 /// The key half the seeds run with (the lease service signs, the participant checks).
 const FENCE_KEY: &str = "sim-fence-key-0123456789abcdef0123456789";
 /// The participant's jump bound without a key: far above a run's grants (a few hundred).
-pub(crate) const JUMP_MAX: u64 = 1_000;
+const JUMP_MAX: u64 = 1_000;
 /// Retention short enough to act within a run; op answers outlive every honest retry and
 /// late copy (late copies come at most ~2 s after their send).
 const RETENTION: FenceRetention = FenceRetention {
@@ -344,16 +344,16 @@ impl World {
         let Some(reply) = answer else {
             return;
         };
-        let early = match (self.mutation, &reply) {
+        let early = matches!(
+            (self.mutation, &reply),
             (
                 FencingMutation::WriteAnswerBeforeDurable,
-                Reply::Fenced(FencedAnswer::Applied { .. }),
-            ) => true,
-            (FencingMutation::StaleAnswerBeforeDurable, Reply::Fenced(FencedAnswer::Stale(_))) => {
-                true
-            }
-            _ => false,
-        };
+                Reply::Fenced(FencedAnswer::Applied { .. })
+            ) | (
+                FencingMutation::StaleAnswerBeforeDurable,
+                Reply::Fenced(FencedAnswer::Stale(_))
+            )
+        );
         let payload = answer_of(reply);
         if logged && !early {
             self.part_waiting.push(payload);
@@ -763,9 +763,17 @@ impl World {
     fn step_forger(&mut self) {
         let highest_granted = self.granted.last_key_value().map_or(0, |(t, _)| *t);
         let known: Vec<String> = self.first_answers.keys().cloned().collect();
-        if let Some((write, forged)) =
-            fencing_adversary::forge(&mut self.rng, highest_granted, &known, self.stats.forged)
-        {
+        let target = Target {
+            resource: RESOURCE,
+            jump_max: JUMP_MAX,
+        };
+        if let Some((write, forged)) = fencing_adversary::forge(
+            &mut self.rng,
+            target,
+            highest_granted,
+            &known,
+            self.stats.forged,
+        ) {
             self.stats.forged += 1;
             self.send(Payload::Forged { write, forged });
         }
@@ -779,7 +787,7 @@ impl World {
         }
         let highest_granted = self.granted.last_key_value().map_or(0, |(t, _)| *t);
         let seen = self.part.fences().effective_highest(RESOURCE);
-        if let Some(request) = fencing_adversary::reset_if_forged(seen, highest_granted) {
+        if let Some(request) = fencing_adversary::reset_if_forged(RESOURCE, seen, highest_granted) {
             self.reset_waiting = true;
             self.stats.resets += 1;
             self.send(Payload::Reset(request));

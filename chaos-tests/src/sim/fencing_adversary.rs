@@ -11,8 +11,6 @@
 use participant::fence::{FenceResetRequest, FencedWrite};
 use protocol::lease::FenceClaim;
 
-use super::fencing::{JUMP_MAX, RESOURCE};
-
 /// What a forged write pretends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forged {
@@ -32,14 +30,24 @@ fn made_up_proof(rng: &mut fastrand::Rng) -> String {
         .collect()
 }
 
+/// What the forger aims at: the fenced resource, and the participant's jump bound (known
+/// from the docs: it is a default, not a secret).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub resource: &'a str,
+    pub jump_max: u64,
+}
+
 /// One forged write (or none this turn). `known` are op ids the forger saw answered; `n`
 /// numbers its own op ids (`f-N`, which no honest writer uses).
 pub fn forge(
     rng: &mut fastrand::Rng,
+    target: Target<'_>,
     highest_granted: u64,
     known: &[String],
     n: u64,
 ) -> Option<(FencedWrite, Forged)> {
+    let Target { resource, jump_max } = target;
     let forged = match rng.u32(0..4) {
         0 => Forged::MaxToken,
         1 => Forged::FarAbove,
@@ -50,11 +58,11 @@ pub fn forge(
     let (token, proof) = match forged {
         Forged::MaxToken => (u64::MAX, None),
         Forged::FarAbove => (
-            highest_granted.saturating_add(JUMP_MAX * 10 + rng.u64(0..1_000)),
+            highest_granted.saturating_add(jump_max * 10 + rng.u64(0..1_000)),
             Some(made_up_proof(rng)),
         ),
         Forged::JustAbove => (
-            highest_granted.saturating_add(rng.u64(1..JUMP_MAX / 4)),
+            highest_granted.saturating_add(rng.u64(1..jump_max / 4)),
             Some(made_up_proof(rng)),
         ),
         Forged::ReusedOpId => (highest_granted, None),
@@ -66,7 +74,7 @@ pub fn forge(
     let write = FencedWrite {
         op_id,
         fence: FenceClaim {
-            resource: RESOURCE.into(),
+            resource: resource.into(),
             token,
             holder: Some("forger".into()),
             proof,
@@ -80,10 +88,14 @@ pub fn forge(
 
 /// The operator's reset when the fence they read (`seen`) stands above every token the lease
 /// service granted: back to the last grant, compare-and-set on what they read.
-pub fn reset_if_forged(seen: Option<u64>, highest_granted: u64) -> Option<FenceResetRequest> {
+pub fn reset_if_forged(
+    resource: &str,
+    seen: Option<u64>,
+    highest_granted: u64,
+) -> Option<FenceResetRequest> {
     let seen = seen?;
     (seen > highest_granted).then(|| FenceResetRequest {
-        resource: RESOURCE.into(),
+        resource: resource.into(),
         from: seen,
         to: highest_granted,
         operator: "sim-operator".into(),
