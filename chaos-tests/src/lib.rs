@@ -16,6 +16,7 @@ pub mod node;
 pub mod oracle;
 pub mod pg_checkout;
 pub mod pg_cluster;
+pub mod pg_rig;
 pub mod ports;
 pub mod postgres;
 pub mod proxy;

@@ -762,7 +762,8 @@ async fn participant_after_fenced_write_logged() {
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
 // Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with
 // `cargo test -p twopc-chaos-tests --test crash_matrix pg_ -- --ignored`.
-use chaos_tests::pg_cluster as pg;
+use chaos_tests::pg_cluster::READY_TIMEOUT;
+use chaos_tests::pg_rig as pg;
 
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
@@ -789,7 +790,7 @@ fn pg_participant_after_prepare_transaction() {
     // Restarted with the coordinator down: it asks, gets no answer, and decides nothing alone.
     rig.a.set_env(Vec::new());
     rig.a.restart();
-    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.a.wait_ready(READY_TIMEOUT).unwrap();
     assert!(pg::eventually(pg::SETTLE, || pg::metric(
         &rig.a,
         "twopc_pg_decision_queries_total"
@@ -806,7 +807,7 @@ fn pg_participant_after_prepare_transaction() {
     );
     // The coordinator comes back: the answer is abort, the prepared transaction rolls back.
     rig.coordinator.restart();
-    rig.coordinator.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.coordinator.wait_ready(READY_TIMEOUT).unwrap();
     assert!(
         pg::eventually(pg::SETTLE, || rig.settled()),
         "{}",
@@ -836,7 +837,7 @@ fn pg_participant_after_commit_prepared() {
     assert!(pg::prepared_gids(&rig.db_a).is_empty());
     rig.a.set_env(Vec::new());
     rig.a.restart();
-    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.a.wait_ready(READY_TIMEOUT).unwrap();
     assert!(
         pg::eventually(pg::SETTLE, || rig.all_acked("pg-kill-committed")),
         "{}",

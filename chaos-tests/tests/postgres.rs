@@ -8,9 +8,8 @@
 use std::time::Duration;
 
 use chaos_tests::binary::plain_binary;
-use chaos_tests::pg_cluster::{
-    READY_TIMEOUT, get, pg_participant, post, prepared_gids, seed_accounts, total_balance,
-};
+use chaos_tests::pg_cluster::{READY_TIMEOUT, pg_participant, seed_accounts};
+use chaos_tests::pg_rig::{get, post, prepared_gids, total_balance};
 use chaos_tests::postgres::{PgServer, psql_url};
 use serde_json::{Value, json};
 

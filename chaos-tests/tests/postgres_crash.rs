@@ -5,7 +5,8 @@
 //! moves money between two databases, so the sum over both must never change. Ignored by
 //! `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with `-- --ignored`.
 
-use chaos_tests::pg_cluster::{READY_TIMEOUT, SETTLE, eventually, prepared_gids, rig};
+use chaos_tests::pg_cluster::READY_TIMEOUT;
+use chaos_tests::pg_rig::{SETTLE, eventually, prepared_gids, rig};
 use chaos_tests::postgres::PgServer;
 
 #[test]

@@ -16,10 +16,8 @@ use std::time::Duration;
 
 use chaos_tests::binary::plain_binary;
 use chaos_tests::node::{Node, NodeSpec, free_port};
-use chaos_tests::pg_cluster::{
-    READY_TIMEOUT, SETTLE, coordinator, eventually, get, pg_participant, post, prepared_gids,
-    seed_accounts, total_balance,
-};
+use chaos_tests::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts};
+use chaos_tests::pg_rig::{SETTLE, eventually, get, post, prepared_gids, total_balance};
 use chaos_tests::postgres::{PgServer, psql_url};
 use chaos_tests::proxy::{Fault, FaultProxy, ProxyOptions, Rule, Scope};
 use serde_json::json;
