@@ -1,14 +1,14 @@
 //! The PostgreSQL crash tests' rig: two `--backend postgres` participants and a coordinator as
-//! real processes (started with [`crate::pg_cluster`]), and the blocking SQL and HTTP helpers
+//! real processes (started with [`cluster::pg_cluster`]), and the blocking SQL and HTTP helpers
 //! those tests poll them with.
 
 use std::time::Duration;
 
-use crate::auth::TokenSet;
 use crate::binary::failpoints_binary;
-use crate::node::{Node, free_port};
-use crate::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer};
-use crate::postgres::{PgServer, psql_url};
+use cluster::auth::TokenSet;
+use cluster::node::{Node, free_port};
+use cluster::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer};
+use cluster::postgres::{PgServer, psql_url};
 use serde_json::json;
 
 /// Sum of all balances at `url`.
@@ -40,7 +40,7 @@ pub fn post(
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
     block_on(async {
-        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
+        let client = cluster::auth::http_client_as(cluster::auth::token_for_url(tokens, url))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
@@ -59,7 +59,7 @@ pub fn post(
 /// could not be reached.
 pub fn get(tokens: Option<&TokenSet>, url: &str) -> (u16, serde_json::Value) {
     block_on(async {
-        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
+        let client = cluster::auth::http_client_as(cluster::auth::token_for_url(tokens, url))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
@@ -226,7 +226,7 @@ impl PgRig {
 
 /// A counter or gauge of `node`'s `/metrics` (0 when absent).
 pub fn metric(node: &Node, name: &str) -> f64 {
-    let (_, text) = crate::node::http_get(node.spec().addr, "/metrics").unwrap_or_default();
+    let (_, text) = cluster::node::http_get(node.spec().addr, "/metrics").unwrap_or_default();
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())

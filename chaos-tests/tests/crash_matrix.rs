@@ -12,17 +12,17 @@
 
 use std::time::Duration;
 
-use chaos_tests::audit::ClientOutcome;
 use chaos_tests::binary::failpoints_binary;
-use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
 use chaos_tests::disk_faults;
 use chaos_tests::lease_nodes::{
     acquire, blocking, coordinator, fenced_put, participant, restart_disarmed, send,
 };
 use chaos_tests::proxy::{Fault, Rule, Scope};
-use chaos_tests::saga_checkout;
 use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed, disk, probe};
+use cluster::audit::ClientOutcome;
+use cluster::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
+use cluster::saga_checkout;
 use protocol::{Vote, VoteKind};
 use serde_json::json;
 
@@ -246,7 +246,7 @@ fn coordinator_after_audit_durable() {
             && entry["action"] == "retry_participant"
             && entry["participant"] == "shipping"
             && entry["operator"]
-                == chaos_tests::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
+                == cluster::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
         format!("the durable audit record survives the crash: {audit}"),
     );
     s.assert_committed_once(&order, before);
@@ -762,14 +762,14 @@ async fn participant_after_fenced_write_logged() {
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
 // Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with
 // `cargo test -p twopc-chaos-tests --test crash_matrix pg_ -- --ignored`.
-use chaos_tests::pg_cluster::READY_TIMEOUT;
 use chaos_tests::pg_rig as pg;
+use cluster::pg_cluster::READY_TIMEOUT;
 
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_prepare_transaction() {
     let mut rig = pg::rig(
-        chaos_tests::postgres::PgServer::get(),
+        cluster::postgres::PgServer::get(),
         Some(("bank_a", "participant::pg_after_prepare_transaction")),
     );
     let (status, heard) = rig.submit("pg-kill-prepared");
@@ -782,7 +782,7 @@ fn pg_participant_after_prepare_transaction() {
     // In doubt in PostgreSQL, its row lock held, while nobody resolves it.
     rig.coordinator.kill();
     assert_eq!(pg::prepared_gids(&rig.db_a).len(), 1, "{}", rig.logs());
-    let locked = chaos_tests::postgres::psql_url(
+    let locked = cluster::postgres::psql_url(
         &rig.db_a,
         "SELECT 1 FROM accounts WHERE id = 'a0' FOR UPDATE NOWAIT",
     );
@@ -821,7 +821,7 @@ fn pg_participant_after_prepare_transaction() {
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_commit_prepared() {
     let mut rig = pg::rig(
-        chaos_tests::postgres::PgServer::get(),
+        cluster::postgres::PgServer::get(),
         Some(("bank_a", "participant::pg_after_commit_prepared")),
     );
     let (status, heard) = rig.submit("pg-kill-committed");
