@@ -1,9 +1,13 @@
-//! The crash-point harness: starts real `twopc` processes, kills and restarts them, and checks
-//! what survived.
+//! The crash-point harness: the scenarios and crash matrix that kill and restart real `twopc`
+//! processes (started with the `cluster` crate) and check what survived, the fault proxy between
+//! them, disk faults on a stopped node's log, and the deterministic simulation (`sim`) that
+//! drives both services' pure engines directly.
 //!
-//! This crate owns test plumbing only. It must never be a dependency of the coordinator or the
-//! participant, and it talks to the processes it starts only through their public HTTP APIs,
-//! command lines and data directories, the way an operator would.
+//! This crate owns test plumbing only. It must never be a dependency of the coordinator, the
+//! participant or the `twopc` binary (tests may use it), and it talks to the processes it starts
+//! only through their public HTTP APIs, command lines and data directories, the way an operator
+//! would. What the product also needs (clusters, tokens, workloads, the audit) belongs in
+//! `cluster`, not here.
 
 pub mod binary;
 pub mod disk_faults;
