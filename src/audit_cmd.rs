@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use chaos_tests::audit::{self, RunRecord};
+use cluster::audit::{self, RunRecord};
 
 use crate::target::TargetArgs;
 

@@ -30,7 +30,7 @@ pub struct ClientArgs {
 impl ClientArgs {
     /// What a caller of a cluster we started sends: its operator token (operators may do
     /// what clients do), or nothing when it runs without authentication.
-    pub fn for_cluster(tokens: Option<&chaos_tests::auth::TokenSet>) -> ClientArgs {
+    pub fn for_cluster(tokens: Option<&cluster::auth::TokenSet>) -> ClientArgs {
         tokens.map_or_else(ClientArgs::default, |t| {
             ClientArgs::with_token_file(&t.path(protocol::auth::Kind::Operator))
         })

@@ -1,7 +1,7 @@
 //! `--target-*` flags: point the demo or the audit at a cluster that is already running (the
 //! docker-compose cluster, say) instead of starting one.
 
-use chaos_tests::audit::ClusterUrls;
+use cluster::audit::ClusterUrls;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TargetArgs {

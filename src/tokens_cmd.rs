@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use chaos_tests::auth::{CLIENT_FILE, OPERATOR_FILE, PEER_FILE, TokenSet};
+use cluster::auth::{CLIENT_FILE, OPERATOR_FILE, PEER_FILE, TokenSet};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chaos_tests::auth::{CLIENT_NAME, TokenSet};
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::auth::{CLIENT_NAME, TokenSet};
+use cluster::node::{Node, NodeSpec, free_port};
 use protocol::auth::Kind;
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);

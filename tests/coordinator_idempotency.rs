@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 use serde_json::{Value, json};
 
 const DEFAULT_TXS: usize = 50_000;
@@ -41,7 +41,7 @@ fn participant(dir: &Path, name: &str, coordinator: &str) -> Node {
         env: vec![("RUST_LOG".into(), "warn".into())],
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         log_path: dir.join(format!("{name}.log")),
-        tokens: chaos_tests::auth::for_test(dir),
+        tokens: cluster::auth::for_test(dir),
     });
     tokio::task::block_in_place(|| node.wait_ready(Duration::from_secs(20))).unwrap();
     node
@@ -112,7 +112,7 @@ async fn an_id_is_remembered_across_hundreds_of_thousands_of_transactions_in_fla
         env: vec![("RUST_LOG".into(), "warn".into())],
         addr: format!("127.0.0.1:{coordinator_port}").parse().unwrap(),
         log_path: dir.path().join("coordinator.log"),
-        tokens: chaos_tests::auth::for_test(dir.path()),
+        tokens: cluster::auth::for_test(dir.path()),
     });
     tokio::task::block_in_place(|| coordinator.wait_ready(Duration::from_secs(20))).unwrap();
     let pid = coordinator.pid().unwrap();

@@ -27,7 +27,7 @@ async fn post(c: &Coordinator, path: &str, body: Value) -> (u16, Value) {
 /// Who the audit names: the operator token's holder when the coordinator checks tokens (the
 /// token wins over the body's `operator`), else the body's name.
 fn operator_name(c: &Coordinator) -> &'static str {
-    chaos_tests::auth::audited_operator(c.node.tokens(), "ana")
+    cluster::auth::audited_operator(c.node.tokens(), "ana")
 }
 
 async fn metric(c: &Coordinator, name: &str) -> u64 {

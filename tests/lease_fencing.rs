@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use chaos_tests::lease_nodes::{blocking, coordinator, participant, send};
-use chaos_tests::node::Node;
+use cluster::node::Node;
 use serde_json::Value;
 
 fn plain() -> PathBuf {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chaos_tests::binary::failpoints_binary;
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 use serde_json::{Value, json};
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -47,7 +47,7 @@ fn participant(dir: &Path, coordinator: Option<&str>, failpoint: &str) -> Node {
         env: vec![("FAILPOINTS".into(), format!("{failpoint}=return"))],
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         log_path: dir.join("inventory.log"),
-        tokens: chaos_tests::auth::for_test(dir),
+        tokens: cluster::auth::for_test(dir),
     });
     blocking(|| node.wait_ready(Duration::from_secs(60))).unwrap();
     node

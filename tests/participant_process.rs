@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 use serde_json::{Value, json};
 
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
@@ -32,7 +32,7 @@ fn spec(dir: &Path, name: &str, seed: &str) -> NodeSpec {
         env: Vec::new(),
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         log_path: dir.join(format!("{name}.log")),
-        tokens: chaos_tests::auth::for_test(dir),
+        tokens: cluster::auth::for_test(dir),
     }
 }
 

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use chaos_tests::auth::TokenSet;
-use chaos_tests::node::free_port;
+use cluster::auth::TokenSet;
+use cluster::node::free_port;
 use net::test_certs::TestCa;
 use protocol::auth::Kind;
 use serde_json::{Value, json};
@@ -135,7 +135,7 @@ impl Pki {
     /// A client trusting only our CA, sending the token of `kind`.
     fn client(&self, kind: Kind) -> reqwest::Client {
         let tls = net::client_config(&self.ca_file).unwrap();
-        let builder = chaos_tests::auth::http_client_as(Some(self.tokens.token(kind)))
+        let builder = cluster::auth::http_client_as(Some(self.tokens.token(kind)))
             .timeout(Duration::from_secs(10));
         net::outbound::with_tls(builder, Some(tls))
             .unwrap()

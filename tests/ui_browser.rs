@@ -80,7 +80,7 @@ fn ui_entry(c: &Coordinator, dir: &Path) -> String {
     let addr = c.node.spec().addr;
     let login = format!(
         "http://{}:{}@{addr}/ui",
-        chaos_tests::auth::OPERATOR_NAME,
+        cluster::auth::OPERATOR_NAME,
         tokens.operator.expose()
     );
     let page = format!("http://{addr}/ui");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
@@ -42,7 +42,7 @@ fn node(
         env,
         addr: addr.parse().unwrap(),
         log_path: dir.join(format!("{name}.log")),
-        tokens: crate::auth::for_test(dir),
+        tokens: cluster::auth::for_test(dir),
     });
     blocking(|| node.wait_ready(Duration::from_secs(60))).unwrap();
     node

@@ -1,25 +1,18 @@
-//! The crash-point harness: starts real `twopc` processes, kills and restarts them, and checks
-//! what survived.
+//! The crash-point harness: the scenarios and crash matrix that kill and restart real `twopc`
+//! processes (started with the `cluster` crate) and check what survived, the fault proxy between
+//! them, disk faults on a stopped node's log, and the deterministic simulation (`sim`) that
+//! drives both services' pure engines directly.
 //!
-//! This crate owns test plumbing only. It must never be a dependency of the coordinator or the
-//! participant, and it talks to the processes it starts only through their public HTTP APIs,
-//! command lines and data directories, the way an operator would.
+//! This crate owns test plumbing only. It must never be a dependency of the coordinator, the
+//! participant or the `twopc` binary (tests may use it), and it talks to the processes it starts
+//! only through their public HTTP APIs, command lines and data directories, the way an operator
+//! would. What the product also needs (clusters, tokens, workloads, the audit) belongs in
+//! `cluster`, not here.
 
-pub mod audit;
-pub mod auth;
 pub mod binary;
-pub mod checkout;
-pub mod cluster;
 pub mod disk_faults;
 pub mod lease_nodes;
-pub mod node;
-pub mod oracle;
-pub mod pg_checkout;
-pub mod pg_cluster;
-pub mod ports;
-pub mod postgres;
+pub mod pg_rig;
 pub mod proxy;
-pub mod saga_checkout;
 pub mod scenario;
 pub mod sim;
-pub mod workload;

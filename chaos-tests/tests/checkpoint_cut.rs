@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chaos_tests::binary::plain_binary;
 use chaos_tests::lease_nodes::{self, blocking, send};
-use chaos_tests::node::Node;
+use cluster::node::Node;
 use serde_json::json;
 use tokio::task::JoinSet;
 

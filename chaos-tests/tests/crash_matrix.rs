@@ -12,17 +12,17 @@
 
 use std::time::Duration;
 
-use chaos_tests::audit::ClientOutcome;
 use chaos_tests::binary::failpoints_binary;
-use chaos_tests::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
 use chaos_tests::disk_faults;
 use chaos_tests::lease_nodes::{
     acquire, blocking, coordinator, fenced_put, participant, restart_disarmed, send,
 };
 use chaos_tests::proxy::{Fault, Rule, Scope};
-use chaos_tests::saga_checkout;
 use chaos_tests::scenario::matrix::{Scenario, stalled_fsync};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed, disk, probe};
+use cluster::audit::ClientOutcome;
+use cluster::checkout::{INVENTORY, PAYMENTS, SHIPPING, stock_key};
+use cluster::saga_checkout;
 use protocol::{Vote, VoteKind};
 use serde_json::json;
 
@@ -246,7 +246,7 @@ fn coordinator_after_audit_durable() {
             && entry["action"] == "retry_participant"
             && entry["participant"] == "shipping"
             && entry["operator"]
-                == chaos_tests::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
+                == cluster::auth::audited_operator(s.chaos.cluster.tokens.as_ref(), "ana"),
         format!("the durable audit record survives the crash: {audit}"),
     );
     s.assert_committed_once(&order, before);
@@ -813,13 +813,14 @@ async fn participant_after_fence_reset_logged() {
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
 // Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with
 // `cargo test -p twopc-chaos-tests --test crash_matrix pg_ -- --ignored`.
-use chaos_tests::pg_cluster as pg;
+use chaos_tests::pg_rig as pg;
+use cluster::pg_cluster::READY_TIMEOUT;
 
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_prepare_transaction() {
     let mut rig = pg::rig(
-        chaos_tests::postgres::PgServer::get(),
+        cluster::postgres::PgServer::get(),
         Some(("bank_a", "participant::pg_after_prepare_transaction")),
     );
     let (status, heard) = rig.submit("pg-kill-prepared");
@@ -832,7 +833,7 @@ fn pg_participant_after_prepare_transaction() {
     // In doubt in PostgreSQL, its row lock held, while nobody resolves it.
     rig.coordinator.kill();
     assert_eq!(pg::prepared_gids(&rig.db_a).len(), 1, "{}", rig.logs());
-    let locked = chaos_tests::postgres::psql_url(
+    let locked = cluster::postgres::psql_url(
         &rig.db_a,
         "SELECT 1 FROM accounts WHERE id = 'a0' FOR UPDATE NOWAIT",
     );
@@ -840,7 +841,7 @@ fn pg_participant_after_prepare_transaction() {
     // Restarted with the coordinator down: it asks, gets no answer, and decides nothing alone.
     rig.a.set_env(Vec::new());
     rig.a.restart();
-    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.a.wait_ready(READY_TIMEOUT).unwrap();
     assert!(pg::eventually(pg::SETTLE, || pg::metric(
         &rig.a,
         "twopc_pg_decision_queries_total"
@@ -857,7 +858,7 @@ fn pg_participant_after_prepare_transaction() {
     );
     // The coordinator comes back: the answer is abort, the prepared transaction rolls back.
     rig.coordinator.restart();
-    rig.coordinator.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.coordinator.wait_ready(READY_TIMEOUT).unwrap();
     assert!(
         pg::eventually(pg::SETTLE, || rig.settled()),
         "{}",
@@ -871,7 +872,7 @@ fn pg_participant_after_prepare_transaction() {
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_commit_prepared() {
     let mut rig = pg::rig(
-        chaos_tests::postgres::PgServer::get(),
+        cluster::postgres::PgServer::get(),
         Some(("bank_a", "participant::pg_after_commit_prepared")),
     );
     let (status, heard) = rig.submit("pg-kill-committed");
@@ -887,7 +888,7 @@ fn pg_participant_after_commit_prepared() {
     assert!(pg::prepared_gids(&rig.db_a).is_empty());
     rig.a.set_env(Vec::new());
     rig.a.restart();
-    rig.a.wait_ready(pg::READY_TIMEOUT).unwrap();
+    rig.a.wait_ready(READY_TIMEOUT).unwrap();
     assert!(
         pg::eventually(pg::SETTLE, || rig.all_acked("pg-kill-committed")),
         "{}",

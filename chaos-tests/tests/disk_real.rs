@@ -11,13 +11,13 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use chaos_tests::audit::ClientOutcome;
 use chaos_tests::binary::failpoints_binary;
-use chaos_tests::checkout::{INVENTORY, Order, PAYMENTS};
 use chaos_tests::disk_faults::{self, flip_bit};
 use chaos_tests::scenario::disk::{self, frames};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions, armed};
-use chaos_tests::workload::WorkloadOptions;
+use cluster::audit::ClientOutcome;
+use cluster::checkout::{INVENTORY, Order, PAYMENTS};
+use cluster::workload::WorkloadOptions;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

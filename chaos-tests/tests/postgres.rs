@@ -1,17 +1,16 @@
 //! The PostgreSQL participant against a real PostgreSQL (docs/postgres.md): the protocol over
 //! HTTP, bad input, the setup mistakes people make, and a full prepared-transaction table.
 //! Crash tests are in `postgres_crash.rs`. The server comes from `TWOPC_POSTGRES_URL` or a
-//! throwaway cluster (chaos_tests::postgres); without either these tests fail, never pass.
+//! throwaway cluster (cluster::postgres); without either these tests fail, never pass.
 //! They are ignored by `cargo test --workspace`; `.ci/run` starts PostgreSQL and runs them with
 //! `-- --ignored`.
 
 use std::time::Duration;
 
 use chaos_tests::binary::plain_binary;
-use chaos_tests::pg_cluster::{
-    READY_TIMEOUT, get, pg_participant, post, prepared_gids, seed_accounts, total_balance,
-};
-use chaos_tests::postgres::{PgServer, psql_url};
+use chaos_tests::pg_rig::{get, post, prepared_gids, total_balance};
+use cluster::pg_cluster::{READY_TIMEOUT, pg_participant, seed_accounts};
+use cluster::postgres::{PgServer, psql_url};
 use serde_json::{Value, json};
 
 const COORDINATOR_ID: &str = "c-test";
@@ -246,7 +245,7 @@ fn setup_mistakes_stop_the_start_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     // max_prepared_transactions = 0: refuse, name the setting and the restart it needs.
     let disabled = PgServer::throwaway(&[("max_prepared_transactions", "0")])
-        .unwrap_or_else(|e| panic!("{}\n({e})", chaos_tests::postgres::INSTALL_HINT));
+        .unwrap_or_else(|e| panic!("{}\n({e})", cluster::postgres::INSTALL_HINT));
     let db = disabled.create_database("disabled");
     seed_accounts(&db, 1, 1);
     let mut node = pg_participant(&binary, dir.path(), "off", &db, None, Vec::new());
@@ -302,7 +301,7 @@ fn setup_mistakes_stop_the_start_with_the_reason() {
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn a_full_prepared_transaction_table_votes_no_with_the_reason() {
     let server = PgServer::throwaway(&[("max_prepared_transactions", "2")])
-        .unwrap_or_else(|e| panic!("{}\n({e})", chaos_tests::postgres::INSTALL_HINT));
+        .unwrap_or_else(|e| panic!("{}\n({e})", cluster::postgres::INSTALL_HINT));
     let db = server.create_database("full");
     seed_accounts(&db, 3, 100);
     let dir = tempfile::tempdir().unwrap();
@@ -343,7 +342,7 @@ fn get_text(url: &str) -> (u16, String) {
         .parse()
         .unwrap();
     let path = &url[url.find(&format!("{addr}")).unwrap() + format!("{addr}").len()..];
-    chaos_tests::node::http_get(addr, path).unwrap_or((0, String::new()))
+    cluster::node::http_get(addr, path).unwrap_or((0, String::new()))
 }
 
 /// A prepare cancelled half-way (its HTTP request dropped while its UPDATE waits for a row
@@ -361,8 +360,8 @@ fn a_cancelled_prepare_leaves_no_open_transaction_behind() {
     runtime.block_on(async {
         let mut config = PgConfig::new(db.clone(), "bank");
         config.connections = 1;
-        let specs = Statements::parse_file(chaos_tests::pg_cluster::TRANSFER_STATEMENTS.as_bytes())
-            .unwrap();
+        let specs =
+            Statements::parse_file(cluster::pg_cluster::TRANSFER_STATEMENTS.as_bytes()).unwrap();
         let (client, connection) = tokio_postgres_connect(&db).await;
         let handle = tokio::spawn(connection);
         let statements = Statements::check(&client, specs).await.unwrap();

@@ -5,8 +5,9 @@
 //! moves money between two databases, so the sum over both must never change. Ignored by
 //! `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with `-- --ignored`.
 
-use chaos_tests::pg_cluster::{READY_TIMEOUT, SETTLE, eventually, prepared_gids, rig};
-use chaos_tests::postgres::PgServer;
+use chaos_tests::pg_rig::{SETTLE, eventually, prepared_gids, rig};
+use cluster::pg_cluster::READY_TIMEOUT;
+use cluster::postgres::PgServer;
 
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
@@ -38,7 +39,7 @@ fn coordinator_killed_after_the_decision_commits_on_recovery() {
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn postgres_crash_restart_keeps_prepared_transactions_and_they_resolve() {
     let server = PgServer::throwaway(&[("max_prepared_transactions", "64")])
-        .unwrap_or_else(|e| panic!("{}\n({e})", chaos_tests::postgres::INSTALL_HINT));
+        .unwrap_or_else(|e| panic!("{}\n({e})", cluster::postgres::INSTALL_HINT));
     let mut rig = rig(
         server,
         Some(("coordinator", "coordinator::after_decision_durable")),

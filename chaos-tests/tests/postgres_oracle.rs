@@ -15,13 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chaos_tests::binary::plain_binary;
-use chaos_tests::node::{Node, NodeSpec, free_port};
-use chaos_tests::pg_cluster::{
-    READY_TIMEOUT, SETTLE, coordinator, eventually, get, pg_participant, post, prepared_gids,
-    seed_accounts, total_balance,
-};
-use chaos_tests::postgres::{PgServer, psql_url};
+use chaos_tests::pg_rig::{SETTLE, eventually, get, post, prepared_gids, total_balance};
 use chaos_tests::proxy::{Fault, FaultProxy, ProxyOptions, Rule, Scope};
+use cluster::node::{Node, NodeSpec, free_port};
+use cluster::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts};
+use cluster::postgres::{PgServer, psql_url};
 use serde_json::json;
 
 const TRANSFERS: u64 = 80;
@@ -88,7 +86,7 @@ fn transfers_across_two_databases_and_a_kv_store_are_atomic_and_conserve_money()
         env: Vec::new(),
         addr: ledger_addr,
         log_path: dir.path().join("ledger.log"),
-        tokens: chaos_tests::auth::for_test(dir.path()),
+        tokens: cluster::auth::for_test(dir.path()),
     });
     for node in [&mut a, &mut b, &mut ledger] {
         node.wait_ready(READY_TIMEOUT).unwrap();

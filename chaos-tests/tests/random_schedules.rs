@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use chaos_tests::audit::ClientOutcome;
 use chaos_tests::scenario::schedule;
 use chaos_tests::scenario::{ChaosCluster, ChaosOptions};
-use chaos_tests::workload;
+use cluster::audit::ClientOutcome;
+use cluster::workload;
 
 /// The CI seeds: ten fault steps each; together they use every kind of fault (checked below).
 const CI_SEEDS: [u64; 5] = [12, 29, 39, 4, 22];
@@ -59,7 +59,7 @@ fn run_seed(seed: u64) -> Result<String, String> {
     let mut chaos = ChaosCluster::start(&ChaosOptions {
         seed,
         // Enough stock and money that orders keep committing through the whole schedule.
-        config: chaos_tests::checkout::CheckoutConfig {
+        config: cluster::checkout::CheckoutConfig {
             stock_per_sku: 200,
             balance_per_customer: 2_000,
             ..defaults.config.clone()

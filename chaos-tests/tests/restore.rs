@@ -20,13 +20,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chaos_tests::audit::ClientOutcome;
 use chaos_tests::binary::failpoints_binary;
-use chaos_tests::checkout::{Order, SHIPPING};
-use chaos_tests::node::http_get;
 use chaos_tests::proxy::{Fault, Rule, Scope};
 use chaos_tests::scenario::probe::{self, TxView};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions};
+use cluster::audit::ClientOutcome;
+use cluster::checkout::{Order, SHIPPING};
+use cluster::node::http_get;
 use protocol::kv::PreparedEntry;
 use protocol::{DecisionStatus, Outcome};
 use serde_json::Value;
@@ -121,7 +121,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         "a new order on a coordinator whose log is behind: {body}"
     );
     // Refused before anything was sent: the client has no outcome, and none may appear.
-    chaos.remember(&[chaos_tests::workload::OrderResult {
+    chaos.remember(&[cluster::workload::OrderResult {
         order: refused.clone(),
         outcome: ClientOutcome::Unknown,
         answer: None,
@@ -266,7 +266,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     assert!(view.prepared_nowhere(), "{view:?}");
     let status = view.coordinator.expect("the resolution is X's status now");
     assert_eq!(status.outcome, Some(Outcome::Committed), "{status:?}");
-    let operator = chaos_tests::auth::audited_operator(chaos.cluster.tokens.as_ref(), "ana");
+    let operator = cluster::auth::audited_operator(chaos.cluster.tokens.as_ref(), "ana");
     assert!(
         status
             .reason
@@ -306,7 +306,7 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
         (
             Some(1),
             Some("resolve"),
-            Some(chaos_tests::auth::audited_operator(
+            Some(cluster::auth::audited_operator(
                 chaos.cluster.tokens.as_ref(),
                 "ana"
             )),
@@ -420,8 +420,8 @@ fn order(chaos: &ChaosCluster, id: &str, slot: u32) -> Order {
 }
 
 /// One attempt, no resend: the scenario wants what that attempt heard.
-fn once(chaos: &ChaosCluster) -> chaos_tests::workload::WorkloadOptions {
-    chaos_tests::workload::WorkloadOptions {
+fn once(chaos: &ChaosCluster) -> cluster::workload::WorkloadOptions {
+    cluster::workload::WorkloadOptions {
         retry_window: Duration::ZERO,
         request_timeout: Duration::from_secs(30),
         concurrency: 1,

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use chaos_tests::checkout::PAYMENTS;
-use chaos_tests::saga_checkout::{self, Fate};
 use chaos_tests::scenario::{COORDINATOR, ChaosCluster, ChaosOptions};
+use cluster::checkout::PAYMENTS;
+use cluster::saga_checkout::{self, Fate};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -357,7 +357,7 @@ fn a_long_partition_keeps_the_coordinator_bounded_and_healthy_work_fast() {
                     .map(|(_, base)| base.to_string())
                     .expect("a known participant");
                 let found =
-                    chaos_tests::oracle::read::exists(&chaos.client, &base, &format!("soak:{id}"))
+                    cluster::oracle::read::exists(&chaos.client, &base, &format!("soak:{id}"))
                         .await
                         .unwrap_or_else(|e| panic!("reading {p}: {e}"));
                 present.push(found);

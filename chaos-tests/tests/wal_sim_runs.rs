@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chaos_tests::checkout::{CheckoutConfig, Order, reservation_key, sold_key, stock_key};
+use cluster::checkout::{CheckoutConfig, Order, reservation_key, sold_key, stock_key};
 use coordinator::digest::Digest;
 use coordinator::engine::{
     Command as CCommand, Engine as CEngine, EngineConfig as CConfig, Event as CEvent,

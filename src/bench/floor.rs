@@ -28,7 +28,7 @@ use protocol::{
     TxId, Vote, VoteKind, routes,
 };
 
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 
 /// How long one floor exchange may take before the relay gives up on it.
 const EXCHANGE_WAIT_MAX: Duration = Duration::from_secs(30);

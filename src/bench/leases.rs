@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::latency::quantile;
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
+use cluster::cluster::{ClusterSpec, LocalCluster};
 
 /// How long one request may take before it counts as failed.
 const ANSWER_WAIT_MAX: Duration = Duration::from_secs(30);

@@ -23,7 +23,7 @@ use coordinator::http_client::Endpoint;
 
 use crate::latency::quantile;
 use crate::metrics_text;
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
+use cluster::cluster::{ClusterSpec, LocalCluster};
 
 /// The WAL fsync counter every service exposes on `/metrics`.
 const FSYNCS_METRIC: &str = "twopc_wal_fsyncs_total";

@@ -15,11 +15,9 @@ use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
 use crate::latency::quantile;
-use chaos_tests::node::{Node, free_port};
-use chaos_tests::pg_cluster::{
-    READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer,
-};
-use chaos_tests::postgres::PgServer;
+use cluster::node::{Node, free_port};
+use cluster::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer};
+use cluster::postgres::PgServer;
 
 const ACCOUNTS: u32 = 1000;
 
@@ -58,8 +56,8 @@ impl Measured {
 pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::ExitCode {
     // Processes and databases first (blocking), then the load on a runtime.
     let setup = (|| -> Result<_> {
-        let server = PgServer::find()
-            .map_err(|e| anyhow!("{}\n({e})", chaos_tests::postgres::INSTALL_HINT))?;
+        let server =
+            PgServer::find().map_err(|e| anyhow!("{}\n({e})", cluster::postgres::INSTALL_HINT))?;
         let dir = tempfile::tempdir().context("temporary directory")?;
         let binary = std::env::current_exe().context("cannot find the twopc binary")?;
         let db_a = server.create_database("bench_a");
@@ -106,7 +104,7 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
     crate::async_main::block_on("bench", async move {
         let mut cells = Vec::new();
         // The nodes' tokens (made when they started, in the same directory).
-        let tokens = chaos_tests::auth::TokenSet::for_harness(dir.path())?;
+        let tokens = cluster::auth::TokenSet::for_harness(dir.path())?;
         let client =
             crate::client::builder(&crate::client::ClientArgs::for_cluster(tokens.as_ref()))?
                 .build()?;

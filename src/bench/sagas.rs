@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::latency::quantile;
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
+use cluster::cluster::{ClusterSpec, LocalCluster};
 
 const STEPS: usize = 3;
 

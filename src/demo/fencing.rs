@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
+use cluster::cluster::{ClusterSpec, LocalCluster};
 
 /// The lease both workers want, and the participant's fenced resource.
 const LEASE: &str = "orders-partition-3";

@@ -19,15 +19,15 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use chaos_tests::audit::{self, AuditReport, ClientOutcome, ClusterUrls, RunRecord};
-use chaos_tests::checkout::{CheckoutConfig, Order};
+use cluster::audit::{self, AuditReport, ClientOutcome, ClusterUrls, RunRecord};
+use cluster::checkout::{CheckoutConfig, Order};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::client::ClientArgs;
 use crate::metrics_text;
 use crate::target::TargetArgs;
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
-use chaos_tests::workload::{self, OrderResult, Progress, WorkloadOptions};
+use cluster::cluster::{ClusterSpec, LocalCluster};
+use cluster::workload::{self, OrderResult, Progress, WorkloadOptions};
 use protocol::auth::Kind;
 use report::{CrashNote, LockStats, Summary};
 

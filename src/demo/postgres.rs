@@ -4,7 +4,7 @@
 //! database, plus one of PostgreSQL's own: nothing left in `pg_prepared_xacts`.
 //!
 //! The server is `TWOPC_POSTGRES_URL`'s or a throwaway cluster, found as the tests find it
-//! (`chaos_tests::postgres`). With neither, the demo stops before starting anything and says
+//! (`cluster::postgres`). With neither, the demo stops before starting anything and says
 //! what to do. The database is dropped after a run whose invariants all hold and kept (named)
 //! otherwise, for a look in psql.
 
@@ -12,12 +12,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
-use chaos_tests::audit::{self, Check, ClusterUrls, Totals};
-use chaos_tests::checkout::{CheckoutConfig, PAYMENTS};
-use chaos_tests::cluster::{ClusterSpec, LocalCluster};
-use chaos_tests::oracle::{self, Ledger, PaymentsLedger};
-use chaos_tests::pg_checkout;
-use chaos_tests::postgres::PgServer;
+use cluster::audit::{self, Check, ClusterUrls, Totals};
+use cluster::checkout::{CheckoutConfig, PAYMENTS};
+use cluster::cluster::{ClusterSpec, LocalCluster};
+use cluster::oracle::{self, Ledger, PaymentsLedger};
+use cluster::pg_checkout;
+use cluster::postgres::PgServer;
 
 use super::{AUDIT_SETTLE, Args, http_client, run_load};
 

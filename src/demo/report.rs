@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chaos_tests::audit::{AuditReport, ClientOutcome};
+use cluster::audit::{AuditReport, ClientOutcome};
 
-use chaos_tests::workload::OrderResult;
+use cluster::workload::OrderResult;
 
 use super::reasons::abort_category;
 use crate::latency::quantile;

@@ -2,7 +2,7 @@
 //! some payments are declined (compensated); some sagas get a deadline shorter than their
 //! steps take (the timeout starts compensation); some fail after a step that cannot be undone
 //! (needs_attention). The coordinator is SIGKILLed part way and restarted; then every saga is
-//! checked against the saga oracle (`chaos_tests::saga_checkout::check`).
+//! checked against the saga oracle (`cluster::saga_checkout::check`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use chaos_tests::audit::ClusterUrls;
-use chaos_tests::cluster::LocalCluster;
-use chaos_tests::saga_checkout::{self, Fate};
+use cluster::audit::ClusterUrls;
+use cluster::cluster::LocalCluster;
+use cluster::saga_checkout::{self, Fate};
 use tokio::sync::Semaphore;
 
 use crate::demo::Args;

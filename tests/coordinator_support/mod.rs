@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use chaos_tests::node::{Node, NodeSpec, free_port};
+use cluster::node::{Node, NodeSpec, free_port};
 use protocol::auth::Kind;
 use protocol::{DecisionQuery, PrepareRequest, routes};
 use serde_json::{Value, json};
@@ -378,7 +378,7 @@ impl Coordinator {
             addr,
             log_path: dir.join(format!("{name}.log")),
             // The in-test participants check no token; the coordinator still sends its own.
-            tokens: chaos_tests::auth::for_test(dir),
+            tokens: cluster::auth::for_test(dir),
         });
         Coordinator { node, data_dir }
     }

@@ -14,12 +14,12 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use crate::binary::failpoints_binary;
-use crate::checkout::{CheckoutConfig, Order};
-use crate::cluster::{ClusterSpec, LocalCluster};
-use crate::node::Node;
-use crate::oracle::{self, AuditReport, ClientOutcome, ClusterUrls, Totals};
 use crate::proxy::{FaultProxy, ProxyHandle, ProxyOptions};
-use crate::workload::{self, OrderResult, WorkloadOptions};
+use cluster::checkout::{CheckoutConfig, Order};
+use cluster::cluster::{ClusterSpec, LocalCluster};
+use cluster::node::Node;
+use cluster::oracle::{self, AuditReport, ClientOutcome, ClusterUrls, Totals};
+use cluster::workload::{self, OrderResult, WorkloadOptions};
 
 /// The signal `std::process::abort()` ends a process with: what every crash point does.
 const SIGABRT: i32 = 6;
@@ -172,7 +172,7 @@ impl ChaosCluster {
             .timeout(Duration::from_secs(20))
             .build()
             .expect("http client");
-        let peer_client = crate::auth::http_client_as(cluster.tokens.as_ref().map(|t| &t.peer))
+        let peer_client = cluster::auth::http_client_as(cluster.tokens.as_ref().map(|t| &t.peer))
             .no_proxy()
             .timeout(Duration::from_secs(20))
             .build()

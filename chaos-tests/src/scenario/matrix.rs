@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use protocol::{DecisionStatus, Outcome, TransactionState};
 
-use crate::checkout::Order;
-use crate::oracle::ClientOutcome;
 use crate::scenario::probe::{self, TxView};
 use crate::scenario::{ChaosCluster, ChaosOptions, armed};
-use crate::workload::{OrderResult, WorkloadOptions};
+use cluster::checkout::Order;
+use cluster::oracle::ClientOutcome;
+use cluster::workload::{OrderResult, WorkloadOptions};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

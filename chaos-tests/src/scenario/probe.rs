@@ -10,9 +10,9 @@ use protocol::{
     TransactionList, TransactionStatus, TxId, Vote, routes,
 };
 
-use crate::checkout::{INVENTORY, Order, PAYMENTS, sold_key, spent_key};
-use crate::oracle::ClusterUrls;
-use crate::oracle::read::{counter, exists, get_json, transaction};
+use cluster::checkout::{INVENTORY, Order, PAYMENTS, sold_key, spent_key};
+use cluster::oracle::ClusterUrls;
+use cluster::oracle::read::{counter, exists, get_json, transaction};
 
 /// Where one order stands.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::checkout::{INVENTORY, PAYMENTS, SHIPPING};
 use crate::proxy::{Fault, Rule, RuleId, Scope};
+use cluster::checkout::{INVENTORY, PAYMENTS, SHIPPING};
 
 use super::{COORDINATOR, ChaosCluster, disk};
 

@@ -10,7 +10,7 @@ use protocol::{Decision, DecisionStatus, GlobalTxId, Outcome};
 
 use super::participant_node::Ended;
 use super::world::{Client, World};
-use crate::checkout::Order;
+use cluster::checkout::Order;
 
 type Violation = (&'static str, String);
 

@@ -38,8 +38,8 @@ use protocol::saga::{
 };
 use protocol::{CoordinatorId, Epoch, TxId};
 
-use crate::checkout::{INVENTORY, PAYMENTS, SHIPPING};
-use crate::saga_checkout::{self, Effects, Fate};
+use cluster::checkout::{INVENTORY, PAYMENTS, SHIPPING};
+use cluster::saga_checkout::{self, Effects, Fate};
 
 const NAMES: [&str; 3] = [INVENTORY, PAYMENTS, SHIPPING];
 const CONFIG: SagaConfig = SagaConfig {

@@ -14,7 +14,7 @@ use super::io::Io;
 use super::net::{Body, Ev, NetFaults, Node, Queue};
 use super::participant_node::ParticipantNode;
 use super::{Failure, RunStats, SimConfig};
-use crate::checkout::{self, CheckoutConfig, Order};
+use cluster::checkout::{self, CheckoutConfig, Order};
 
 /// The checkout orders as the clients see them.
 #[derive(Debug)]
@@ -102,9 +102,9 @@ impl World {
         io.sync_max_ms = io.rng.u64(0..=12);
         let crash_after_step_pct = if faulty { io.rng.u32(0..=3) } else { 0 };
         let names: Vec<ParticipantName> = [
-            crate::checkout::INVENTORY,
-            crate::checkout::PAYMENTS,
-            crate::checkout::SHIPPING,
+            cluster::checkout::INVENTORY,
+            cluster::checkout::PAYMENTS,
+            cluster::checkout::SHIPPING,
         ]
         .iter()
         .map(|n| ParticipantName::new(*n).expect("constant names are valid"))

@@ -1,45 +1,15 @@
-//! Real processes around PostgreSQL participants: `twopc participant --backend postgres` nodes
-//! over databases of a [`crate::postgres::PgServer`], a coordinator, and blocking HTTP helpers.
-//! The transfer workload's schema and statements live here too, so the tests, the demo and the
-//! bench agree on them.
+//! The PostgreSQL crash tests' rig: two `--backend postgres` participants and a coordinator as
+//! real processes (started with [`cluster::pg_cluster`]), and the blocking SQL and HTTP helpers
+//! those tests poll them with.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::auth::TokenSet;
 use crate::binary::failpoints_binary;
-use crate::node::{Node, NodeSpec, free_port};
-use crate::postgres::{PgServer, psql_url};
+use cluster::auth::TokenSet;
+use cluster::node::{Node, free_port};
+use cluster::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer};
+use cluster::postgres::{PgServer, psql_url};
 use serde_json::json;
-
-/// The accounts table every transfer test and bench uses.
-pub const ACCOUNTS_SQL: &str = "CREATE TABLE accounts (id text PRIMARY KEY, \
-    balance bigint NOT NULL CHECK (balance >= 0)); \
-    CREATE TABLE transfers (id text PRIMARY KEY)";
-
-/// The statements file of the transfer workload.
-pub const TRANSFER_STATEMENTS: &str = r#"{
-  "debit": {"sql": "UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND balance >= $2", "expect_rows": 1},
-  "credit": {"sql": "UPDATE accounts SET balance = balance + $2 WHERE id = $1", "expect_rows": 1},
-  "set_balance": {"sql": "UPDATE accounts SET balance = $2 WHERE id = $1", "expect_rows": 1},
-  "record": {"sql": "INSERT INTO transfers (id) VALUES ($1)", "expect_rows": 1}
-}"#;
-
-/// How long a started process may take to become ready.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Creates the accounts table in the database at `url` with `accounts` rows of `balance`.
-pub fn seed_accounts(url: &str, accounts: u32, balance: i64) {
-    psql_url(
-        url,
-        &format!(
-            "{ACCOUNTS_SQL}; INSERT INTO accounts SELECT 'a' || g, {balance} \
-             FROM generate_series(0, {}) g",
-            accounts.saturating_sub(1)
-        ),
-    )
-    .unwrap_or_else(|e| panic!("cannot seed accounts at {url}: {e}"));
-}
 
 /// Sum of all balances at `url`.
 pub fn total_balance(url: &str) -> i64 {
@@ -61,88 +31,6 @@ pub fn prepared_gids(url: &str) -> Vec<String> {
     .collect()
 }
 
-/// Writes the transfer statements file into `dir`; returns its path.
-pub fn statements_file(dir: &Path) -> PathBuf {
-    let path = dir.join("statements.json");
-    std::fs::write(&path, TRANSFER_STATEMENTS)
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-    path
-}
-
-/// A `twopc participant --backend postgres` node (not yet waited for).
-pub fn pg_participant(
-    binary: &Path,
-    dir: &Path,
-    name: &str,
-    url: &str,
-    coordinator: Option<&str>,
-    env: Vec<(String, String)>,
-) -> Node {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let mut args = vec![
-        "participant".to_string(),
-        "--backend".into(),
-        "postgres".into(),
-        "--name".into(),
-        name.into(),
-        "--listen".into(),
-        addr.to_string(),
-        "--postgres-url".into(),
-        url.into(),
-        "--statements".into(),
-        statements_file(dir).display().to_string(),
-        "--in-doubt-after-ms".into(),
-        "500".into(),
-        "--decision-backoff-max-ms".into(),
-        "500".into(),
-    ];
-    if let Some(coordinator) = coordinator {
-        args.extend(["--coordinator".to_string(), coordinator.to_string()]);
-    }
-    Node::start(NodeSpec {
-        name: name.into(),
-        binary: binary.to_path_buf(),
-        args,
-        env,
-        addr,
-        log_path: dir.join(format!("{name}.log")),
-        tokens: crate::auth::for_test(dir),
-    })
-}
-
-/// A coordinator node with `participants` (name, url), fast retries (not yet waited for).
-pub fn coordinator(
-    binary: &Path,
-    dir: &Path,
-    addr: std::net::SocketAddr,
-    participants: &[(String, String)],
-    env: Vec<(String, String)>,
-) -> Node {
-    let mut args = vec![
-        "coordinator".to_string(),
-        "--listen".into(),
-        addr.to_string(),
-        "--data-dir".into(),
-        dir.join("coordinator").display().to_string(),
-        "--retry-base-ms".into(),
-        "50".into(),
-        "--retry-max-ms".into(),
-        "500".into(),
-    ];
-    for (name, url) in participants {
-        args.extend(["--participant".to_string(), format!("{name}={url}")]);
-    }
-    Node::start(NodeSpec {
-        name: "coordinator".into(),
-        binary: binary.to_path_buf(),
-        args,
-        env,
-        addr,
-        log_path: dir.join("coordinator.log"),
-        tokens: crate::auth::for_test(dir),
-    })
-}
-
 /// A blocking JSON POST with the token `tokens` hold for `url` (the peer token on protocol
 /// routes, else the operator's): `(status, body)`; status 0 when the server could not be
 /// reached.
@@ -152,7 +40,7 @@ pub fn post(
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
     block_on(async {
-        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
+        let client = cluster::auth::http_client_as(cluster::auth::token_for_url(tokens, url))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
@@ -171,7 +59,7 @@ pub fn post(
 /// could not be reached.
 pub fn get(tokens: Option<&TokenSet>, url: &str) -> (u16, serde_json::Value) {
     block_on(async {
-        let client = crate::auth::http_client_as(crate::auth::token_for_url(tokens, url))
+        let client = cluster::auth::http_client_as(cluster::auth::token_for_url(tokens, url))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
@@ -206,25 +94,6 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// A transfer of `amount` from `from` at participant `debit_at` to `to` at `credit_at`.
-pub fn transfer(
-    id: &str,
-    debit_at: &str,
-    from: &str,
-    credit_at: &str,
-    to: &str,
-    amount: i64,
-) -> serde_json::Value {
-    serde_json::json!({
-        "id": id,
-        "participants": [
-            {"name": debit_at, "payload": {"ops": [{"statement": "debit", "params": [from, amount]}]}},
-            {"name": credit_at, "payload": {"ops": [{"statement": "credit", "params": [to, amount]}]}}
-        ],
-        "timeout_ms": 5000
-    })
 }
 
 /// Generous bound on anything settling after a crash (never a speed assertion).
@@ -357,7 +226,7 @@ impl PgRig {
 
 /// A counter or gauge of `node`'s `/metrics` (0 when absent).
 pub fn metric(node: &Node, name: &str) -> f64 {
-    let (_, text) = crate::node::http_get(node.spec().addr, "/metrics").unwrap_or_default();
+    let (_, text) = cluster::node::http_get(node.spec().addr, "/metrics").unwrap_or_default();
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())

@@ -1,0 +1,23 @@
+//! Local twopc clusters of real processes: start a coordinator and its participants (or a
+//! throwaway PostgreSQL server) on loopback ports, with a fresh token set for them; drive the
+//! checkout workloads (2PC, saga, PostgreSQL payments) against them; and audit the invariants
+//! afterwards. `twopc demo`, `twopc bench` and `twopc audit` run on it, and so do the tests.
+//!
+//! It starts real processes for the product's demo and bench and for tests, and talks to them
+//! only through their HTTP APIs, command lines and data directories, the way an operator would.
+//! It must never be a dependency of the coordinator or the participant, and holds no test
+//! assertions framework: fault injection, the simulation and the crash scenarios live in
+//! chaos-tests, which builds on this crate.
+
+pub mod audit;
+pub mod auth;
+pub mod checkout;
+pub mod cluster;
+pub mod node;
+pub mod oracle;
+pub mod pg_checkout;
+pub mod pg_cluster;
+pub mod ports;
+pub mod postgres;
+pub mod saga_checkout;
+pub mod workload;
