@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chaos_tests::lease_nodes::{acquire, blocking, coordinator_of, participant_with, send};
-use chaos_tests::node::Node;
+use cluster::node::Node;
 use protocol::auth::Kind;
 use serde_json::{Value, json};
 
@@ -212,7 +212,7 @@ async fn an_operator_resets_a_fence_a_forged_token_raised() {
         (done["from"].as_u64(), done["to"].as_u64()),
         (Some(500), Some(0))
     );
-    let audited = chaos_tests::auth::audited_operator(p.tokens(), "alice");
+    let audited = cluster::auth::audited_operator(p.tokens(), "alice");
     assert_eq!(done["operator"], audited, "{done}");
 
     let (status, body) = put(&p, "k", fence(1), "honest-2").await;
