@@ -218,7 +218,7 @@ fn error_codes(doc: &Value, response: &Value) -> Option<BTreeSet<String>> {
 }
 
 /// Codes only participants answer with (docs/participants.md): never in a coordinator answer.
-const PARTICIPANT_ONLY: [ErrorCode; 8] = [
+const PARTICIPANT_ONLY: [ErrorCode; 9] = [
     ErrorCode::StaleEpoch,
     ErrorCode::NotPrepared,
     ErrorCode::IncarnationConflict,
@@ -227,6 +227,7 @@ const PARTICIPANT_ONLY: [ErrorCode; 8] = [
     ErrorCode::KeyLocked,
     ErrorCode::EpochTooHigh,
     ErrorCode::OpIdConflict,
+    ErrorCode::CoordinatorIdRequired,
 ];
 
 #[test]
