@@ -16,6 +16,9 @@ use protocol::auth::Kind;
 use serde_json::{Value, json};
 
 const OP_ID: &str = "s-cut:reserve:action";
+/// The coordinator's question names it: without it the barrier, holding an op on the step,
+/// would refuse the question (422 `coordinator_id_required`) rather than answer it.
+const PROBE: &str = "s-cut:reserve:action?coordinator_id=c-cut";
 
 fn action() -> Value {
     json!({"op_id": OP_ID, "saga_id": "s-cut", "step": "reserve", "coordinator_id": "c-cut",
@@ -68,7 +71,7 @@ async fn no_saga_answer_rests_on_a_record_a_power_cut_takes_back() {
     while asked < 6 {
         asked += 1;
         let probe = ask(
-            peer.get(format!("{url}/saga/ops/{OP_ID}")),
+            peer.get(format!("{url}/saga/ops/{PROBE}")),
             Duration::from_millis(500),
         )
         .await;
@@ -110,7 +113,7 @@ async fn no_saga_answer_rests_on_a_record_a_power_cut_takes_back() {
     })
     .unwrap();
     let (status, body) = ask(
-        peer.get(format!("{url}/saga/ops/{OP_ID}")),
+        peer.get(format!("{url}/saga/ops/{PROBE}")),
         Duration::from_secs(10),
     )
     .await

@@ -265,7 +265,7 @@ fn participant_seeds() -> Vec<(&'static str, FuzzRequest, u16)> {
         ),
         (
             "saga_op",
-            get("/saga/ops/seed-saga:reserve:action", Auth::Peer),
+            get("/saga/ops/seed-saga:reserve:action?coordinator_id=c-seed", Auth::Peer),
             200,
         ),
         (

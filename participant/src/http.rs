@@ -4,23 +4,24 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use protocol::kv::PreparedList;
 use protocol::limits::BODY_BYTES_MAX;
 use protocol::operator::AttemptStatus;
-use protocol::saga::{OpKind, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
+use protocol::saga::{OpKind, OpQuery, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
 use protocol::{
     AckResponse, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote, routes,
 };
 use serde::de::DeserializeOwned;
 
+use crate::engine::saga::OpQueryRefused;
 use crate::metrics::Gauges;
 use crate::resource::Resource;
-use crate::saga_service::SagaOpError;
+use crate::saga_service::{OpQueryError, SagaOpError};
 use crate::service::{Participant, RequestError};
 
 /// An error answer: `{"error": code, "message": ...}` with the code's status, and
@@ -282,16 +283,37 @@ async fn saga_op<R: Resource>(
     match participant.saga_op(kind, request).await {
         Ok(answer) => Ok(axum::Json(answer)),
         Err(SagaOpError::Busy(why)) => Err(ApiError::new(ErrorCode::NotReady, why)),
+        Err(SagaOpError::OpIdConflict(why)) => Err(ApiError::new(ErrorCode::OpIdConflict, why)),
         Err(SagaOpError::Request(e)) => Err(e.into()),
     }
 }
 
+/// `?coordinator_id=..&payload_digest=..` (both optional: `protocol::saga::OpQuery`); an
+/// unknown parameter or a bad value is 400 `invalid_query`.
 async fn saga_op_status<R: Resource>(
     State(participant): State<Participant<R>>,
     op_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OpQuery>, QueryRejection>,
 ) -> Result<axum::Json<OpStatusResponse>, ApiError> {
     let op_id = path_param(op_id)?;
-    Ok(axum::Json(participant.saga_op_status(&op_id).await?))
+    let Query(query) =
+        query.map_err(|rejection| ApiError::new(ErrorCode::InvalidQuery, rejection.body_text()))?;
+    match participant.saga_op_status(&op_id, &query).await {
+        Ok(status) => Ok(axum::Json(status)),
+        Err(OpQueryError::Refused(refused)) => Err(refused.into()),
+        Err(OpQueryError::Request(e)) => Err(e.into()),
+    }
+}
+
+/// 422 `coordinator_id_required` or 409 `op_id_conflict`.
+impl From<OpQueryRefused> for ApiError {
+    fn from(refused: OpQueryRefused) -> Self {
+        let code = match refused {
+            OpQueryRefused::CoordinatorIdRequired { .. } => ErrorCode::CoordinatorIdRequired,
+            OpQueryRefused::Conflict { .. } => ErrorCode::OpIdConflict,
+        };
+        ApiError::new(code, refused.to_string())
+    }
 }
 
 async fn prepared<R: Resource>(

@@ -43,6 +43,6 @@ pub use http::{ApiError, finish};
 pub use open::OpenError;
 pub use rejection::Rejection;
 pub use resource::{InvalidPayload, Resource};
-pub use saga_service::SagaOpError;
+pub use saga_service::{OpQueryError, SagaOpError};
 pub use service::{Participant, RequestError};
 pub use wal::{SyncPolicy, WalOptions};

@@ -6,14 +6,20 @@
 use protocol::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::saga::{BarrierEntry, StepKey, parse_legacy_key};
 use crate::engine::{Engine, EngineConfig, LoggedPrepare, ReplayError, Sender};
 use crate::record::Fence;
 use crate::resource::Resource;
 use crate::tombstones::Tombstone;
 
 /// Bumped when the layout changes incompatibly (2: attempts keyed by global id, fences with
-/// the coordinator run's incarnation).
-const SNAPSHOT_FORMAT: u32 = 2;
+/// the coordinator run's incarnation; 3: saga barrier entries keyed by coordinator id too, with
+/// their payloads' digests, in `saga_steps`). A build that reads only format 2 refuses a
+/// format-3 snapshot by name rather than dropping barrier entries it cannot place.
+const SNAPSHOT_FORMAT: u32 = 3;
+/// Format 2 is still read: its barrier entries (`saga_barrier`, keyed `saga id:step`) become
+/// legacy entries, with no coordinator id and no digests (engine/saga.rs, `resolve`).
+const SNAPSHOT_FORMAT_BEFORE_STEP_KEYS: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -24,9 +30,12 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Per coordinator run, the highest attempt position whose tombstone was dropped.
     pub forgotten: Vec<(String, u64)>,
-    /// The saga barrier (issue 13); absent in older snapshots.
+    /// Format 2's saga barrier, keyed `saga id:step` (read, never written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub saga_barrier: Vec<(String, crate::engine::saga::BarrierEntry)>,
+    pub saga_barrier: Vec<(String, BarrierEntry)>,
+    /// The saga barrier, one row per (saga id, step, coordinator id) (format 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub saga_steps: Vec<BarrierRow>,
     /// Fencing tokens and fenced-write answers (absent in snapshots written before them).
     #[serde(default, skip_serializing_if = "crate::fence::Fences::is_empty")]
     pub fences: crate::fence::Fences,
@@ -48,6 +57,15 @@ pub struct PreparedSnapshot {
     /// The participants its prepare named (absent in older snapshots, or when not sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub participants: Option<Vec<protocol::ParticipantName>>,
+}
+
+/// One saga barrier entry with its key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BarrierRow {
+    #[serde(flatten)]
+    pub key: StepKey,
+    #[serde(flatten)]
+    pub entry: BarrierEntry,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,10 +108,14 @@ impl<R: Resource> Engine<R> {
                 .collect(),
             tombstones: self.tombstones.to_vec(),
             forgotten: self.tombstones.forgotten(),
-            saga_barrier: self
+            saga_barrier: Vec::new(),
+            saga_steps: self
                 .saga_barrier
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(key, entry)| BarrierRow {
+                    key: key.clone(),
+                    entry: entry.clone(),
+                })
                 .collect(),
             fences: self.fences.clone(),
         }
@@ -103,9 +125,10 @@ impl<R: Resource> Engine<R> {
     /// prepared set is restored after the tombstones and supersedes any for the same attempt
     /// (as replay does: the prepared state is the later fact).
     pub fn restore(config: EngineConfig, snapshot: Snapshot) -> Result<Self, ReplayError> {
-        if snapshot.format != SNAPSHOT_FORMAT {
+        if snapshot.format != SNAPSHOT_FORMAT && snapshot.format != SNAPSHOT_FORMAT_BEFORE_STEP_KEYS
+        {
             return Err(ReplayError::Snapshot(format!(
-                "format {} is not {SNAPSHOT_FORMAT}",
+                "format {} is not {SNAPSHOT_FORMAT} (or {SNAPSHOT_FORMAT_BEFORE_STEP_KEYS})",
                 snapshot.format
             )));
         }
@@ -144,7 +167,15 @@ impl<R: Resource> Engine<R> {
                 participants: p.participants,
             })?;
         }
-        engine.saga_barrier = snapshot.saga_barrier.into_iter().collect();
+        for (key, entry) in snapshot.saga_barrier {
+            let key = parse_legacy_key(&key).ok_or_else(|| {
+                ReplayError::Snapshot(format!("saga barrier key {key:?} is not `saga id:step`"))
+            })?;
+            engine.saga_barrier.insert(key, entry);
+        }
+        for row in snapshot.saga_steps {
+            engine.saga_barrier.insert(row.key, row.entry);
+        }
         Ok(engine)
     }
 }

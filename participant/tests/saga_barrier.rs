@@ -4,7 +4,7 @@
 
 use participant::kv::KvStore;
 use participant::{Participant, ParticipantConfig};
-use protocol::saga::{OpKind, OpStatus, SagaOpAnswer, SagaOpRequest, op_id};
+use protocol::saga::{OpKind, OpQuery, OpStatus, SagaOpAnswer, SagaOpRequest, op_id};
 use protocol::{CoordinatorId, Epoch, TxId};
 use serde_json::{Value, json};
 
@@ -25,6 +25,11 @@ fn op(saga: &str, step: &str, kind: OpKind, payload: Value) -> SagaOpRequest {
         epoch: Epoch(1),
         payload,
     }
+}
+
+/// The coordinator's question (as `op` sends its ops from c-1).
+fn asked() -> OpQuery {
+    OpQuery::from_coordinator(&CoordinatorId::new("c-1").unwrap(), None)
 }
 
 fn take(n: i64) -> Value {
@@ -51,7 +56,10 @@ async fn an_action_applies_once_and_its_compensation_undoes_it_once() {
     assert_eq!(again, first, "a duplicate answers the first answer");
     assert_eq!(stock(&p), 7, "and applies nothing again");
     assert_eq!(
-        p.saga_op_status("s1:reserve:action").await.unwrap().status,
+        p.saga_op_status("s1:reserve:action", &asked())
+            .await
+            .unwrap()
+            .status,
         OpStatus::Done
     );
     let undo = op("s1", "reserve", OpKind::Compensation, take(-3));
@@ -59,7 +67,10 @@ async fn an_action_applies_once_and_its_compensation_undoes_it_once() {
     p.saga_op(OpKind::Compensation, undo).await.unwrap();
     assert_eq!(stock(&p), 10);
     assert_eq!(
-        p.saga_op_status("s1:reserve:action").await.unwrap().status,
+        p.saga_op_status("s1:reserve:action", &asked())
+            .await
+            .unwrap()
+            .status,
         OpStatus::Compensated
     );
     // After a restart (log replay), the same state and the same answers.
@@ -100,7 +111,10 @@ async fn a_compensation_before_its_action_is_null_and_the_late_action_is_refused
     );
     assert_eq!(stock(&p), 10, "the hanging action applied nothing");
     assert_eq!(
-        p.saga_op_status("s2:charge:action").await.unwrap().status,
+        p.saga_op_status("s2:charge:action", &asked())
+            .await
+            .unwrap()
+            .status,
         OpStatus::Compensated
     );
     p.close();
@@ -130,15 +144,21 @@ async fn a_failed_action_is_remembered_and_its_compensation_is_null() {
         .unwrap();
     assert!(matches!(failed, SagaOpAnswer::Failed { .. }), "{failed:?}");
     assert_eq!(
-        p.saga_op_status("s3:reserve:action").await.unwrap().status,
+        p.saga_op_status("s3:reserve:action", &asked())
+            .await
+            .unwrap()
+            .status,
         OpStatus::Failed
     );
     assert_eq!(
-        p.saga_op_status("s3:nothing:action").await.unwrap().status,
+        p.saga_op_status("s3:nothing:action", &asked())
+            .await
+            .unwrap()
+            .status,
         OpStatus::NotFound
     );
     assert_eq!(
-        p.saga_op_status("garbage").await.unwrap().status,
+        p.saga_op_status("garbage", &asked()).await.unwrap().status,
         OpStatus::NotFound
     );
     let null = p

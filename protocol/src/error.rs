@@ -89,6 +89,10 @@ pub enum ErrorCode {
     OpIdConflict,
     /// A fenced write to a key that a prepared transaction holds; retry after its decision.
     KeyLocked,
+    /// A saga op query (`GET /saga/ops/{op_id}`) that names no coordinator id, about a step
+    /// some coordinator's op is recorded for: the participant cannot tell whose it is, so it
+    /// answers nothing (the asker keeps the op unknown and asks again).
+    CoordinatorIdRequired,
     /// Recovery has not finished.
     NotReady,
     /// The log failed (write or fsync error); the process takes no more writes.
@@ -162,6 +166,7 @@ impl ErrorCode {
             ErrorCode::StaleToken => 409,
             ErrorCode::OpIdConflict => 409,
             ErrorCode::KeyLocked => 409,
+            ErrorCode::CoordinatorIdRequired => 422,
             ErrorCode::NotReady => 503,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
@@ -216,6 +221,7 @@ impl ErrorCode {
             ErrorCode::StaleToken => "stale_token",
             ErrorCode::OpIdConflict => "op_id_conflict",
             ErrorCode::KeyLocked => "key_locked",
+            ErrorCode::CoordinatorIdRequired => "coordinator_id_required",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
@@ -309,6 +315,7 @@ mod tests {
             ErrorCode::StaleToken,
             ErrorCode::OpIdConflict,
             ErrorCode::KeyLocked,
+            ErrorCode::CoordinatorIdRequired,
             ErrorCode::NotReady,
             ErrorCode::LogFailed,
             ErrorCode::Internal,

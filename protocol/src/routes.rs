@@ -30,6 +30,25 @@ pub const LOG_BEHIND_CLEAR: &str = "/v1/log-behind/clear";
 pub const SAGA_ACTION: &str = "/saga/action";
 pub const SAGA_COMPENSATE: &str = "/saga/compensate";
 pub const SAGA_OP: &str = "/saga/ops/{op_id}";
+/// The path and query of a coordinator's question about one saga op (`GET /saga/ops/{op_id}`,
+/// [`crate::saga::OpQuery`]). Op ids and coordinator ids are made of id characters and a digest
+/// of hex digits, none of which needs escaping in a path or a query string.
+pub fn saga_op_query_path(op_id: &str, query: &crate::saga::OpQuery) -> String {
+    let mut path = SAGA_OP.replace("{op_id}", op_id);
+    let mut separator = '?';
+    if let Some(coordinator_id) = &query.coordinator_id {
+        path.push_str(&format!("{separator}coordinator_id={coordinator_id}"));
+        separator = '&';
+    }
+    if let Some(digest) = query.payload_digest {
+        path.push_str(&format!(
+            "{separator}payload_digest={}",
+            String::from(digest)
+        ));
+    }
+    path
+}
+
 /// Coordinator: list leases (GET).
 pub const LEASES: &str = "/v1/leases";
 /// Coordinator: acquire (POST), read (GET) and release (DELETE) one lease. Axum path syntax.

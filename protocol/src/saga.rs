@@ -3,10 +3,13 @@
 //!
 //! A saga id follows the transaction id rules (it is the idempotency key); a step name follows
 //! them too, without ':', so that an op id (`saga id:step:action|compensation`) names exactly
-//! one step of one saga.
+//! one step of one saga of one coordinator: saga ids are only unique within a coordinator id,
+//! so a participant keeps each step's ops under (coordinator id, saga id, step), and a
+//! coordinator's question about an op names who asks ([`OpQuery`]).
 
 use serde::{Deserialize, Serialize};
 
+use crate::digest::Digest;
 use crate::error::ErrorCode;
 use crate::ids::{CoordinatorId, Epoch, ParticipantName, TxId};
 use crate::limits::{PAYLOAD_BYTES_MAX, TXID_LEN_MAX};
@@ -268,6 +271,41 @@ pub enum OpStatus {
     NotFound,
 }
 
+/// The query string of `GET {base}/saga/ops/{op_id}` (both parameters optional on the wire,
+/// for coordinators older than them; `routes::saga_op_query_path` writes it).
+///
+/// - `coordinator_id`: whose op it is. The participant answers only from that coordinator's
+///   records of the step: another coordinator (or this one's data directory wiped, which makes
+///   a new coordinator id) may have used the same saga id. A query without it is answered
+///   `not_found` only when no coordinator's op on that step is recorded at all; otherwise it is
+///   refused 422 `coordinator_id_required`, never answered from an entry that may be another
+///   coordinator's (docs/participants.md, "Sagas").
+/// - `payload_digest`: [`Digest::of_payload`] of the payload the asker sent under this op id.
+///   When the participant recorded the op with another payload, the answer is 409
+///   `op_id_conflict`: the asker's op was never applied there, and the recorded answer is not
+///   its answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_id: Option<CoordinatorId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_digest: Option<Digest>,
+}
+
+impl OpQuery {
+    /// A coordinator's question, with the digest of the payload it sent when it has it.
+    pub fn from_coordinator(
+        coordinator_id: &CoordinatorId,
+        payload: Option<&serde_json::Value>,
+    ) -> OpQuery {
+        OpQuery {
+            coordinator_id: Some(coordinator_id.clone()),
+            payload_digest: payload.map(Digest::of_payload),
+        }
+    }
+}
+
 /// The body of `GET {base}/saga/ops/{op_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpStatusResponse {
@@ -337,6 +375,28 @@ mod tests {
             .validate()
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidTimeout);
+    }
+
+    #[test]
+    fn an_op_query_names_the_coordinator_and_the_payload_digest() {
+        let coordinator = CoordinatorId::new("c-1a2b").unwrap();
+        let payload = serde_json::json!({"ops": [{"op": "add", "key": "k", "delta": 1}]});
+        let query = OpQuery::from_coordinator(&coordinator, Some(&payload));
+        let digest = String::from(Digest::of_payload(&payload));
+        assert_eq!(
+            crate::routes::saga_op_query_path("s:reserve:action", &query),
+            format!("/saga/ops/s:reserve:action?coordinator_id=c-1a2b&payload_digest={digest}")
+        );
+        let without_digest = OpQuery::from_coordinator(&coordinator, None);
+        assert_eq!(
+            crate::routes::saga_op_query_path("s:reserve:action", &without_digest),
+            "/saga/ops/s:reserve:action?coordinator_id=c-1a2b"
+        );
+        assert_eq!(
+            crate::routes::saga_op_query_path("s:reserve:action", &OpQuery::default()),
+            "/saga/ops/s:reserve:action",
+            "an older coordinator's question, as it was"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod io;
 mod net;
 mod operator;
 mod participant_node;
+mod saga_reuse;
 mod saga_world;
 mod trace;
 mod world;
@@ -37,6 +38,7 @@ mod world;
 use std::fmt;
 
 pub use disk::Disk;
+pub use saga_reuse::{SagaReuseConfig, SagaReuseMutation, SagaReuseStats, run_saga_reuse_seed};
 pub use saga_world::{SagaMutation, SagaRunStats, SagaSimConfig, run_saga_seed};
 
 /// A deliberate bug in the modelled runtimes, to prove the simulator catches it.

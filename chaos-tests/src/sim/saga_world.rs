@@ -450,7 +450,10 @@ impl World {
                 }
                 let part = &mut self.parts[to];
                 let (answer, record) = match part.engine.saga_op(kind, &request, now) {
-                    participant::engine::saga::SagaStepped::Busy(_) => (None, None),
+                    // One coordinator id and one payload per op id here: never a conflict
+                    // (the saga_reuse world has them).
+                    participant::engine::saga::SagaStepped::Busy(_)
+                    | participant::engine::saga::SagaStepped::Conflict(_) => (None, None),
                     participant::engine::saga::SagaStepped::Answer { answer, record } => {
                         (Some(answer), record)
                     }
@@ -488,7 +491,10 @@ impl World {
                 if !self.parts[to].up {
                     return;
                 }
-                let status = self.parts[to].engine.saga_op_status(&op_id);
+                let asked = protocol::saga::OpQuery::from_coordinator(&self.coordinator_id, None);
+                let Ok(status) = self.parts[to].engine.saga_op_status(&op_id, &asked) else {
+                    return; // never refused here: it names its coordinator, sends no digest
+                };
                 let from_memory = status.status != OpStatus::NotFound;
                 let answer = match status.status {
                     OpStatus::Done => ProbeAnswer::Done(status.result),

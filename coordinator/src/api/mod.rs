@@ -26,6 +26,8 @@ mod tests_leases;
 #[cfg(test)]
 mod tests_openapi;
 #[cfg(test)]
+mod tests_saga_keys;
+#[cfg(test)]
 mod tests_saga_operator;
 #[cfg(test)]
 mod tests_sagas;

@@ -218,7 +218,7 @@ fn error_codes(doc: &Value, response: &Value) -> Option<BTreeSet<String>> {
 }
 
 /// Codes only participants answer with (docs/participants.md): never in a coordinator answer.
-const PARTICIPANT_ONLY: [ErrorCode; 12] = [
+const PARTICIPANT_ONLY: [ErrorCode; 13] = [
     ErrorCode::StaleEpoch,
     ErrorCode::NotPrepared,
     ErrorCode::IncarnationConflict,
@@ -231,6 +231,7 @@ const PARTICIPANT_ONLY: [ErrorCode; 12] = [
     ErrorCode::TokenTooHigh,
     ErrorCode::FenceChanged,
     ErrorCode::InvalidReset,
+    ErrorCode::CoordinatorIdRequired,
 ];
 
 #[test]

@@ -48,7 +48,7 @@ use participants::DeliveryError;
 pub use fencing::PROBE_TXID;
 pub use housekeeping::housekeeping;
 pub use operator::{OperatorError, RetryTarget, check_operator};
-pub use sagas::{SagaOutcome, SagaShell};
+pub use sagas::{SagaOutcome, SagaShell, op_outcome, probe_answer};
 pub use start::{StartError, recover, recover_on};
 
 /// Unix time in milliseconds (0 if the clock is before 1970).

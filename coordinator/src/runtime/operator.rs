@@ -406,8 +406,23 @@ impl Core {
                 format!("no saga {id} is known"),
             ));
         };
+        // The actions as sent: a participant answers only about this coordinator's op, and
+        // only if it was recorded with that payload (`OpQuery`).
+        let actions: Vec<serde_json::Value> = self
+            .sagas
+            .lock()
+            .get(&id)
+            .map(|s| {
+                s.begin
+                    .request
+                    .steps
+                    .iter()
+                    .map(|s| s.action.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut steps = Vec::with_capacity(saga.steps.len());
-        for step in &saga.steps {
+        for (i, step) in saga.steps.iter().enumerate() {
             let op_id = protocol::saga::op_id(&id, &step.name, protocol::saga::OpKind::Action);
             let (says, error) = match self.participants.get(&step.participant) {
                 None => (
@@ -415,7 +430,11 @@ impl Core {
                     Some("not in this coordinator's configuration".to_string()),
                 ),
                 Some(endpoint) => {
-                    let path = routes::SAGA_OP.replace("{op_id}", &op_id);
+                    let query = protocol::saga::OpQuery::from_coordinator(
+                        &self.identity.coordinator_id,
+                        actions.get(i),
+                    );
+                    let path = routes::saga_op_query_path(&op_id, &query);
                     match endpoint.get(&path, EVIDENCE_TIMEOUT).await {
                         Ok(answer) if answer.status == 200 => {
                             match serde_json::from_slice::<protocol::saga::OpStatusResponse>(
@@ -425,7 +444,18 @@ impl Core {
                                 Err(e) => (None, Some(format!("malformed answer: {e}"))),
                             }
                         }
-                        Ok(answer) => (None, Some(format!("HTTP {}", answer.status))),
+                        Ok(answer) => (
+                            None,
+                            Some(
+                                match serde_json::from_slice::<protocol::ErrorBody>(&answer.body) {
+                                    Ok(refused) => format!(
+                                        "HTTP {} {}: {}",
+                                        answer.status, refused.error, refused.message
+                                    ),
+                                    Err(_) => format!("HTTP {}", answer.status),
+                                },
+                            ),
+                        ),
                         Err(e) => (None, Some(e.to_string())),
                     }
                 }

@@ -19,8 +19,8 @@ use protocol::TxId;
 use protocol::limits::REASON_LEN_MAX;
 use protocol::routes;
 use protocol::saga::{
-    OpKind, OpStatus, OpStatusResponse, SagaOpAnswer, SagaOpRequest, SagaRequest, SagaResponse,
-    SagaState,
+    OpKind, OpQuery, OpStatus, OpStatusResponse, SagaOpAnswer, SagaOpRequest, SagaRequest,
+    SagaResponse, SagaState,
 };
 use wal::{Durability, RecordType};
 
@@ -42,6 +42,9 @@ pub struct SagaShell {
     next_waiter: AtomicU64,
     /// Actions and compensations sent again (attempt > 1), for `twopc_saga_step_retries_total`.
     step_retries: AtomicU64,
+    /// Ops and op queries a participant refused 409 `op_id_conflict`, for
+    /// `twopc_saga_op_id_conflicts_total`.
+    op_id_conflicts: AtomicU64,
 }
 
 impl SagaShell {
@@ -51,6 +54,7 @@ impl SagaShell {
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
             step_retries: AtomicU64::new(0),
+            op_id_conflicts: AtomicU64::new(0),
         }
     }
 
@@ -138,7 +142,8 @@ impl Core {
             .collect()
     }
 
-    /// `twopc_sagas{state=...}` and `twopc_saga_step_retries_total`, Prometheus text.
+    /// `twopc_sagas{state=...}`, `twopc_saga_step_retries_total` and
+    /// `twopc_saga_op_id_conflicts_total`, Prometheus text.
     pub fn saga_metrics_text(&self) -> String {
         let (counts, failing) = {
             let engine = self.sagas.lock();
@@ -172,6 +177,14 @@ impl Core {
              under the same op id (after an unknown outcome or a failing compensation).\n\
              # TYPE twopc_saga_step_retries_total counter\ntwopc_saga_step_retries_total {}",
             self.sagas.step_retries.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP twopc_saga_op_id_conflicts_total Saga ops and op queries a participant \
+             refused op_id_conflict: it holds that op id from this coordinator id with another \
+             payload (a saga id used again after this coordinator's log lost it).\n\
+             # TYPE twopc_saga_op_id_conflicts_total counter\ntwopc_saga_op_id_conflicts_total {}",
+            self.sagas.op_id_conflicts.load(Ordering::Relaxed)
         );
         out
     }
@@ -332,7 +345,15 @@ impl Core {
             } => {
                 let core = Arc::clone(self);
                 tokio::spawn(async move {
-                    let answer = core.probe_op(&participant, &op_id, timeout_ms).await;
+                    // The action's payload, whose digest the participant checks against the
+                    // op it recorded under this op id.
+                    let action =
+                        core.sagas.lock().get(&id).and_then(|s| {
+                            s.begin.request.steps.get(step).map(|s| s.action.clone())
+                        });
+                    let answer = core
+                        .probe_op(&participant, &op_id, action.as_ref(), timeout_ms)
+                        .await;
                     info!(saga = %id, step, %op_id, ?answer, "asked a participant about an unknown op");
                     core.apply_saga(SagaEvent::ProbeAnswered {
                         id,
@@ -346,8 +367,7 @@ impl Core {
         }
     }
 
-    /// One action or compensation. Only a 200 with `{"status":"done"|"failed"}` is an answer;
-    /// anything else (timeout, 5xx, malformed) is unknown.
+    /// One action or compensation, its answer read by [`op_outcome`].
     async fn send_op(
         &self,
         participant: &protocol::ParticipantName,
@@ -368,57 +388,175 @@ impl Core {
         let answer = endpoint
             .post_json(path, body, Duration::from_millis(timeout_ms))
             .await;
-        let unknown = |error: String| SagaOpOutcome::Unknown {
-            error: truncate(error, REASON_LEN_MAX),
-        };
         match answer {
-            Err(e) => unknown(e.to_string()),
-            Ok(answer) if answer.status != 200 => unknown(format!(
-                "HTTP {}: {}",
-                answer.status,
-                String::from_utf8_lossy(&answer.body)
-            )),
-            Ok(answer) => match serde_json::from_slice::<SagaOpAnswer>(&answer.body) {
-                Ok(SagaOpAnswer::Done { result }) => SagaOpOutcome::Done { result },
-                Ok(SagaOpAnswer::Failed { reason }) => SagaOpOutcome::Failed {
-                    reason: truncate(reason, REASON_LEN_MAX),
-                },
-                Err(e) => unknown(format!("malformed answer: {e}")),
+            Err(e) => SagaOpOutcome::Unknown {
+                error: truncate(e.to_string(), REASON_LEN_MAX),
             },
+            Ok(answer) => {
+                if let Some(conflict) = op_id_conflict(answer.status, &answer.body) {
+                    self.sagas.op_id_conflicts.fetch_add(1, Ordering::Relaxed);
+                    warn!(saga = %request.saga_id, op_id = %request.op_id, %participant, %conflict,
+                          "a participant holds this op id from this coordinator with another \
+                           payload: the op fails; an operator should find out how the saga id \
+                           came to be used twice");
+                }
+                op_outcome(answer.status, &answer.body)
+            }
         }
     }
 
-    /// `GET {base}/saga/ops/{op_id}`.
+    /// `GET {base}/saga/ops/{op_id}?coordinator_id=..&payload_digest=..`, its answer read by
+    /// [`probe_answer`]: only this coordinator's record of the op, and only if it was recorded
+    /// with `action` as its payload.
     async fn probe_op(
         &self,
         participant: &protocol::ParticipantName,
         op_id: &str,
+        action: Option<&serde_json::Value>,
         timeout_ms: u64,
     ) -> ProbeAnswer {
         let Some(endpoint) = self.participants.get(participant) else {
             return ProbeAnswer::NoAnswer(format!("{participant} is not configured"));
         };
-        let path = routes::SAGA_OP.replace("{op_id}", op_id);
+        let query = OpQuery::from_coordinator(&self.identity.coordinator_id, action);
+        let path = routes::saga_op_query_path(op_id, &query);
         match endpoint.get(&path, Duration::from_millis(timeout_ms)).await {
             Err(e) => ProbeAnswer::NoAnswer(e.to_string()),
-            Ok(answer) if answer.status != 200 => {
-                ProbeAnswer::NoAnswer(format!("op query: HTTP {}", answer.status))
-            }
-            Ok(answer) => match serde_json::from_slice::<OpStatusResponse>(&answer.body) {
-                Ok(status) => match status.status {
-                    OpStatus::Done => ProbeAnswer::Done(status.result),
-                    OpStatus::Failed => ProbeAnswer::Failed(truncate(
-                        status.reason.unwrap_or_default(),
-                        REASON_LEN_MAX,
-                    )),
-                    OpStatus::Compensated => ProbeAnswer::Compensated,
-                    OpStatus::NotFound => ProbeAnswer::NotFound,
-                },
-                Err(e) => {
-                    warn!(%participant, error = %e, "malformed op query answer");
-                    ProbeAnswer::NoAnswer(format!("malformed op query answer: {e}"))
+            Ok(answer) => {
+                if let Some(conflict) = op_id_conflict(answer.status, &answer.body) {
+                    self.sagas.op_id_conflicts.fetch_add(1, Ordering::Relaxed);
+                    warn!(%op_id, %participant, %conflict,
+                          "a participant holds this op id from this coordinator with another \
+                           payload: the action was never applied there");
                 }
-            },
+                let read = probe_answer(answer.status, &answer.body);
+                if let ProbeAnswer::NoAnswer(why) = &read
+                    && answer.status == 200
+                {
+                    warn!(%participant, error = %why, "malformed op query answer");
+                }
+                read
+            }
         }
+    }
+}
+
+/// The participant's message when an answer is 409 `op_id_conflict`.
+fn op_id_conflict(status: u16, body: &[u8]) -> Option<String> {
+    let body: protocol::ErrorBody = serde_json::from_slice(body).ok()?;
+    (status == 409 && body.error == protocol::ErrorCode::OpIdConflict).then_some(body.message)
+}
+
+/// The reason a step shows for an op refused `op_id_conflict`.
+fn conflict_reason(message: &str) -> String {
+    truncate(format!("op_id_conflict: {message}"), REASON_LEN_MAX)
+}
+
+/// How the shell reads an action's or a compensation's HTTP answer. A 200 with
+/// `{"status":"done"|"failed"}` is the answer. A 409 `op_id_conflict` is a definite failure of
+/// this op (`failed`): the participant recorded the op id from this coordinator id with another
+/// payload (the saga id was used before, and this coordinator's log lost it: a restored
+/// backup, a copied data directory), so this payload was not applied and, under this op id,
+/// never will be; asking again would only hear the same refusal. A failed action is not
+/// compensated and the saga goes backward; a failed compensation is retried and shows as
+/// `compensation_failing` (counted in `twopc_saga_compensations_failing`) until an operator
+/// looks. Anything else (5xx, `not_ready`, malformed) is unknown.
+pub fn op_outcome(status: u16, body: &[u8]) -> SagaOpOutcome {
+    if let Some(message) = op_id_conflict(status, body) {
+        return SagaOpOutcome::Failed {
+            reason: conflict_reason(&message),
+        };
+    }
+    let unknown = |error: String| SagaOpOutcome::Unknown {
+        error: truncate(error, REASON_LEN_MAX),
+    };
+    if status != 200 {
+        return unknown(format!("HTTP {status}: {}", String::from_utf8_lossy(body)));
+    }
+    match serde_json::from_slice::<SagaOpAnswer>(body) {
+        Ok(SagaOpAnswer::Done { result }) => SagaOpOutcome::Done { result },
+        Ok(SagaOpAnswer::Failed { reason }) => SagaOpOutcome::Failed {
+            reason: truncate(reason, REASON_LEN_MAX),
+        },
+        Err(e) => unknown(format!("malformed answer: {e}")),
+    }
+}
+
+/// How the shell reads an op query's HTTP answer. A 409 `op_id_conflict` proves the action,
+/// with this saga's payload, was never applied there (the op id holds another payload from
+/// this coordinator id, and refuses this one for good): `failed`. A 422
+/// `coordinator_id_required` (a participant's answer to a query without a coordinator id; this
+/// shell always sends one), a 5xx or anything malformed is no answer: the op stays unknown and
+/// is asked about again.
+pub fn probe_answer(status: u16, body: &[u8]) -> ProbeAnswer {
+    if let Some(message) = op_id_conflict(status, body) {
+        return ProbeAnswer::Failed(conflict_reason(&message));
+    }
+    if status != 200 {
+        return ProbeAnswer::NoAnswer(format!("op query: HTTP {status}"));
+    }
+    match serde_json::from_slice::<OpStatusResponse>(body) {
+        Ok(status) => match status.status {
+            OpStatus::Done => ProbeAnswer::Done(status.result),
+            OpStatus::Failed => {
+                ProbeAnswer::Failed(truncate(status.reason.unwrap_or_default(), REASON_LEN_MAX))
+            }
+            OpStatus::Compensated => ProbeAnswer::Compensated,
+            OpStatus::NotFound => ProbeAnswer::NotFound,
+        },
+        Err(e) => ProbeAnswer::NoAnswer(format!("malformed op query answer: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(code: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({"error": code, "message": "why"})).unwrap()
+    }
+
+    #[test]
+    fn only_an_op_id_conflict_among_the_refusals_is_a_definite_failure() {
+        assert_eq!(
+            op_outcome(409, &error("op_id_conflict")),
+            SagaOpOutcome::Failed {
+                reason: "op_id_conflict: why".into()
+            }
+        );
+        assert_eq!(
+            probe_answer(409, &error("op_id_conflict")),
+            ProbeAnswer::Failed("op_id_conflict: why".into())
+        );
+        // Another 409, a 422 for want of a coordinator id, a 503: nothing is known.
+        for (status, code) in [
+            (409, "stale_epoch"),
+            (422, "coordinator_id_required"),
+            (503, "not_ready"),
+        ] {
+            assert!(
+                matches!(
+                    op_outcome(status, &error(code)),
+                    SagaOpOutcome::Unknown { .. }
+                ),
+                "{code}"
+            );
+            assert!(
+                matches!(probe_answer(status, &error(code)), ProbeAnswer::NoAnswer(_)),
+                "{code}"
+            );
+        }
+        // A 200 is read as before.
+        assert_eq!(
+            op_outcome(200, br#"{"status":"failed","reason":"no stock"}"#),
+            SagaOpOutcome::Failed {
+                reason: "no stock".into()
+            }
+        );
+        assert_eq!(
+            probe_answer(200, br#"{"op_id":"s:a:action","status":"not_found"}"#),
+            ProbeAnswer::NotFound
+        );
+        assert!(matches!(probe_answer(200, b"{}"), ProbeAnswer::NoAnswer(_)));
     }
 }

@@ -44,11 +44,19 @@ impl<R: Resource> Engine<R> {
                 saga_id,
                 step,
                 kind,
+                coordinator_id,
                 answer,
                 payload,
                 ..
             } => {
-                self.replay_saga_op(saga_id.as_str(), &step, kind, answer, &payload);
+                self.replay_saga_op(super::saga::LoggedSagaOp {
+                    coordinator_id: &coordinator_id,
+                    saga_id: saga_id.as_str(),
+                    step: &step,
+                    kind,
+                    answer,
+                    payload: &payload,
+                });
             }
             Record::Prepared {
                 gtid,
