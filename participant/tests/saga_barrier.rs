@@ -2,6 +2,8 @@
 //! restart: null compensation, hanging action refused, duplicates answer the first answer,
 //! and the guard durable together with the effect.
 
+mod common;
+
 use participant::kv::KvStore;
 use participant::{Participant, ParticipantConfig};
 use protocol::saga::{OpKind, OpQuery, OpStatus, SagaOpAnswer, SagaOpRequest, op_id};
@@ -170,4 +172,103 @@ async fn a_failed_action_is_remembered_and_its_compensation_is_null() {
         .unwrap();
     assert!(matches!(null, SagaOpAnswer::Done { .. }));
     assert_eq!(stock(&p), 10, "nothing to undo for a failed action");
+}
+
+/// Issue 25 item 5: saga steps honour fences. A step carrying a `fence` op goes through the
+/// check a fenced write gets: a stale holder's action fails and applies nothing (through
+/// `/v1/transactions` the same payload votes no), a current one applies and raises the
+/// resource's highest token (also after a restart), and a step whose fenced resource a
+/// prepared transaction holds waits.
+#[tokio::test]
+async fn a_saga_step_with_a_stale_fence_fails_and_a_current_one_raises_the_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open(dir.path());
+    let fenced = |token: u64, n: i64| {
+        json!({"ops": [
+            {"op": "fence", "resource": "orders", "token": token},
+            {"op": "add", "key": "stock", "delta": -n, "min": 0}
+        ]})
+    };
+    let current = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f1", "take", OpKind::Action, fenced(5, 1)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(current, SagaOpAnswer::Done { .. }), "{current:?}");
+    assert_eq!(p.with_engine(|e| e.fences().highest("orders")), Some(5));
+    let stale = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f2", "take", OpKind::Action, fenced(4, 2)),
+        )
+        .await
+        .unwrap();
+    match &stale {
+        SagaOpAnswer::Failed { reason } => {
+            assert!(reason.starts_with("stale_token:"), "{reason}")
+        }
+        other => panic!("a stale holder's step must fail: {other:?}"),
+    }
+    assert_eq!(stock(&p), 9, "only the current holder's step applied");
+    let forged = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f3", "take", OpKind::Action, fenced(u64::MAX, 1)),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&forged, SagaOpAnswer::Failed { reason } if reason.starts_with("token_too_high:")),
+        "{forged:?}"
+    );
+    p.close();
+    drop(p);
+    let p = open(dir.path());
+    assert_eq!(
+        p.with_engine(|e| e.fences().highest("orders")),
+        Some(5),
+        "replay raises the fence again"
+    );
+    let stale_again = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f4", "take", OpKind::Action, fenced(4, 1)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(stale_again, SagaOpAnswer::Failed { .. }));
+    assert_eq!(stock(&p), 9);
+    // A prepared transaction fenced on the resource holds `fence:orders`: a saga step on it
+    // waits (busy, nothing recorded) until the decision, as a fenced write does.
+    let vote = p
+        .prepare(common::prepare(
+            "t-fenced",
+            1,
+            json!({"ops": [{"op": "fence", "resource": "orders", "token": 6}]}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(vote, protocol::Vote::Yes);
+    let busy = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f5", "take", OpKind::Action, fenced(6, 1)),
+        )
+        .await;
+    assert!(
+        matches!(&busy, Err(participant::SagaOpError::Busy(why)) if why.contains("fence:orders")),
+        "{busy:?}"
+    );
+    p.commit(common::decision("t-fenced", 1)).await.unwrap();
+    let after = p
+        .saga_op(
+            OpKind::Action,
+            op("s-f5", "take", OpKind::Action, fenced(6, 1)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(after, SagaOpAnswer::Done { .. }), "{after:?}");
+    assert_eq!(p.with_engine(|e| e.fences().highest("orders")), Some(6));
 }

@@ -47,6 +47,7 @@ impl<R: Resource> Engine<R> {
                 coordinator_id,
                 answer,
                 payload,
+                at_ms,
                 ..
             } => {
                 self.replay_saga_op(super::saga::LoggedSagaOp {
@@ -56,6 +57,7 @@ impl<R: Resource> Engine<R> {
                     kind,
                     answer,
                     payload: &payload,
+                    at_ms,
                 });
             }
             Record::Prepared {

@@ -268,7 +268,7 @@ impl<R: Resource> Engine<R> {
                 BarrierAnswer::NullCompensation
             }
             OpKind::Action | OpKind::Compensation => {
-                match self.try_effect(kind, &request.payload) {
+                match self.try_effect(kind, &request.payload, now_ms) {
                     Ok(()) => BarrierAnswer::Done { result: None },
                     Err(Attempted::Busy(why)) => return SagaStepped::Busy(why),
                     Err(Attempted::Failed(reason)) if kind == OpKind::Action => {
@@ -307,7 +307,17 @@ impl<R: Resource> Engine<R> {
     }
 
     /// Checks and applies `payload` at once (no prepare), unless a key is locked.
-    fn try_effect(&mut self, kind: OpKind, payload: &serde_json::Value) -> Result<(), Attempted> {
+    /// Checks and applies `payload` at once (no prepare), unless a key, or the fence of a
+    /// resource it claims, is locked. A `fence` op in the payload goes through the same check
+    /// as a fenced write or a 2PC fence op (proof or jump bound, then the highest token): a
+    /// stale holder's step is a definite failure, never applied; applied, it raises the
+    /// resource's highest token.
+    fn try_effect(
+        &mut self,
+        kind: OpKind,
+        payload: &serde_json::Value,
+        now_ms: u64,
+    ) -> Result<(), Attempted> {
         if kind == OpKind::Compensation && payload.is_null() {
             return Err(Attempted::Failed(
                 "this step has no compensation and its action was applied: it cannot be undone"
@@ -318,18 +328,22 @@ impl<R: Resource> Engine<R> {
             .resource
             .parse(payload)
             .map_err(|e| Attempted::Failed(format!("invalid payload: {e}")))?;
-        if let Some(locked) = self
-            .resource
-            .lock_keys(&staged)
-            .into_iter()
-            .find(|k| self.locks.holder(k).is_some())
-        {
+        let claims = crate::fence::claims_in(payload)
+            .map_err(|e| Attempted::Failed(format!("invalid payload: {}", e.0)))?;
+        let keys = super::fenced::lock_keys(self.resource.lock_keys(&staged), &claims);
+        if let Some(locked) = keys.iter().find(|k| self.locks.holder(k).is_some()) {
             return Err(Attempted::Busy(format!(
                 "key {locked:?} is locked by a prepared transaction; ask again later"
             )));
         }
+        self.fences
+            .check_all(&claims, &self.config.fence)
+            .map_err(|refusal| Attempted::Failed(refusal.to_string()))?;
         self.resource.check(&staged).map_err(Attempted::Failed)?;
         self.resource.apply(staged);
+        for claim in &claims {
+            self.fences.accept(claim, now_ms);
+        }
         Ok(())
     }
 
@@ -344,6 +358,7 @@ impl<R: Resource> Engine<R> {
             kind,
             answer,
             payload,
+            at_ms,
         } = logged;
         let key = resolve(&self.saga_barrier, coordinator_id, saga_id, step);
         if self
@@ -355,9 +370,12 @@ impl<R: Resource> Engine<R> {
         }
         if matches!(answer, BarrierAnswer::Done { .. }) {
             // It was checked and applied before this record was written; applying it again
-            // in log order gives the same state.
+            // in log order gives the same state, fences included.
             if let Ok(staged) = self.resource.parse(payload) {
                 self.resource.apply(staged);
+            }
+            for claim in crate::fence::claims_in(payload).unwrap_or_default() {
+                self.fences.accept(&claim, at_ms);
             }
         }
         self.saga_barrier
@@ -454,6 +472,7 @@ pub(crate) struct LoggedSagaOp<'a> {
     pub kind: OpKind,
     pub answer: BarrierAnswer,
     pub payload: &'a serde_json::Value,
+    pub at_ms: u64,
 }
 
 enum Attempted {
