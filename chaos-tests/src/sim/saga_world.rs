@@ -659,7 +659,7 @@ impl World {
     /// records before it once it is durable, in log order with them.
     fn checkpoint(&mut self) {
         if let Some(engine) = &self.coordinator {
-            let table = engine.snapshot();
+            let table = engine.snapshot(self.now);
             self.unsynced.push_back(Unsynced::Checkpoint(table));
             self.schedule_coordinator_sync();
         }
