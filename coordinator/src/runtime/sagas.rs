@@ -167,7 +167,7 @@ impl Core {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "# HELP twopc_saga_compensations_failing Steps whose compensation keeps failing \
+            "# HELP twopc_saga_compensations_failing Steps whose compensation (or fence) keeps failing \
              (retried with capped backoff for ever).\n# TYPE twopc_saga_compensations_failing \
              gauge\ntwopc_saga_compensations_failing {failing}"
         );

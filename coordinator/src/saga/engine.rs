@@ -406,7 +406,9 @@ impl Saga {
             Fact::NotFound => StepStatus::Unknown,
             Fact::Succeeded { .. } if compensating => StepStatus::Compensating,
             Fact::Succeeded { .. } => StepStatus::Succeeded,
-            Fact::CompensationFailing { .. } => StepStatus::CompensationFailing,
+            Fact::CompensationFailing { .. } | Fact::FenceFailing { .. } => {
+                StepStatus::CompensationFailing
+            }
             Fact::Compensated { .. } => StepStatus::Compensated,
         }
     }
@@ -631,12 +633,12 @@ impl SagaEngine {
     }
 
     /// How many sagas are in each state (metrics).
-    /// Steps whose compensation keeps failing, over every saga not ended.
+    /// Steps whose compensation (or fence) keeps failing, over every saga not ended.
     pub fn compensations_failing(&self) -> u64 {
         self.shown()
             .filter(|s| s.ended.is_none())
             .flat_map(|s| &s.facts)
-            .filter(|f| matches!(f, Fact::CompensationFailing { .. }))
+            .filter(|f| f.is_compensation_failing())
             .count() as u64
     }
 

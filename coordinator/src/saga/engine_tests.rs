@@ -625,3 +625,155 @@ fn a_log_and_a_checkpoint_from_before_elapsed_time_was_logged_give_the_whole_tim
     let resumed = restored.step(SagaEvent::Recovered { now_ms: 5 });
     assert_eq!(armed(&resumed), [10_000], "{resumed:?}");
 }
+
+/// reserve, charge, ship: every step can be undone.
+fn three_compensable() -> SagaRequest {
+    serde_json::from_value(
+        serde_json::json!({"id":"order-7","timeout_ms":10000,"steps":[
+        {"name":"reserve","participant":"inventory","action":{"r":1},"compensation":{"r":-1}},
+        {"name":"charge","participant":"payments","action":{"c":1},"compensation":{"c":-1}},
+        {"name":"ship","participant":"shipping","action":{"s":1},"compensation":{"s":-1}}]}),
+    )
+    .unwrap()
+}
+
+/// Issue 25, item 5: a step found `not_found` is fenced first; a fence that keeps failing
+/// shows as `compensation_failing`, is counted, is retried with backoff, and the other steps'
+/// compensations go ahead meanwhile (in reverse order of success). The saga is compensated
+/// only once the fence succeeded.
+#[test]
+fn a_failing_fence_is_compensation_failing_counted_and_holds_up_no_other_compensation() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let mut log: Vec<LogRecord> = Vec::new();
+    let mut step = |engine: &mut SagaEngine, event: SagaEvent| {
+        let commands = engine.step(event);
+        log.extend(logged(&commands));
+        let mut all = commands.clone();
+        all.extend(durable(engine, &commands));
+        (all, log.clone())
+    };
+    step(
+        &mut engine,
+        SagaEvent::Submit {
+            waiter: 1,
+            wait: SagaWait::Terminal,
+            request: three_compensable(),
+            digest: Digest(3),
+            now_ms: 1000,
+            client: None,
+        },
+    );
+    step(&mut engine, answer(0, OpKind::Action, done()));
+    step(&mut engine, answer(1, OpKind::Action, done()));
+    let unknown = SagaOpOutcome::Unknown {
+        error: "timeout".into(),
+    };
+    step(&mut engine, answer(2, OpKind::Action, unknown.clone()));
+    step(&mut engine, deadline_due(11_000));
+    let (probe, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 11_100,
+        },
+    );
+    assert!(
+        matches!(probe[..], [SagaCommand::Probe { step: 2, .. }]),
+        "{probe:?}"
+    );
+    // Not found: fenced before anything else is compensated.
+    let (fence, _) = step(
+        &mut engine,
+        SagaEvent::ProbeAnswered {
+            id: id(),
+            step: 2,
+            answer: ProbeAnswer::NotFound,
+            now_ms: 11_200,
+            jitter: 0,
+        },
+    );
+    assert_eq!(sends(&fence), [(2, OpKind::Compensation)]);
+    let refused = SagaOpOutcome::Failed {
+        reason: "refused".into(),
+    };
+    let (failed, log_now) = step(&mut engine, answer(2, OpKind::Compensation, refused));
+    assert!(
+        failed
+            .iter()
+            .any(|c| matches!(c, SagaCommand::ArmRetry { .. })),
+        "retried with backoff: {failed:?}"
+    );
+    assert!(sends(&failed).is_empty());
+    let view = engine.get(&id()).unwrap().view(11_300);
+    assert_eq!(view.state, SagaState::Compensating);
+    assert_eq!(view.steps[2].status, StepStatus::CompensationFailing);
+    assert_eq!(view.steps[2].last_error.as_deref(), Some("refused"));
+    assert_eq!(engine.compensations_failing(), 1);
+    // A restart reads the same from the log.
+    let replayed = SagaEngine::replay(CONFIG, Vec::new(), &log_now);
+    assert_eq!(
+        replayed.get(&id()).unwrap().view(0).steps[2].status,
+        StepStatus::CompensationFailing
+    );
+    assert_eq!(replayed.compensations_failing(), 1);
+    // The others are not held up: charge, then reserve, while the fence waits its turn.
+    let (next, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 11_400,
+        },
+    );
+    assert_eq!(sends(&next), [(1, OpKind::Compensation)]);
+    let (next, _) = step(&mut engine, answer(1, OpKind::Compensation, done()));
+    assert_eq!(sends(&next), [(0, OpKind::Compensation)]);
+    let (next, _) = step(&mut engine, answer(0, OpKind::Compensation, done()));
+    // Then the fence again (attempt 2), and the saga is not compensated while it fails.
+    assert!(
+        next.iter().any(|c| matches!(
+            c,
+            SagaCommand::Send {
+                step: 2,
+                kind: OpKind::Compensation,
+                attempt: 2,
+                ..
+            }
+        )),
+        "{next:?}"
+    );
+    assert!(replies(&next).is_empty());
+    let (failed, _) = step(&mut engine, answer(2, OpKind::Compensation, unknown));
+    assert!(replies(&failed).is_empty());
+    let view = engine.get(&id()).unwrap().view(12_000);
+    assert_eq!(view.state, SagaState::Compensating);
+    assert_eq!(
+        view.steps.iter().map(|s| s.status).collect::<Vec<_>>(),
+        [
+            StepStatus::Compensated,
+            StepStatus::Compensated,
+            StepStatus::CompensationFailing
+        ]
+    );
+    assert_eq!(engine.compensations_failing(), 1);
+    let (retry, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 12_100,
+        },
+    );
+    assert_eq!(sends(&retry), [(2, OpKind::Compensation)]);
+    let (end, _) = step(&mut engine, answer(2, OpKind::Compensation, done()));
+    match &replies(&end)[..] {
+        [SagaReply::Saga(view)] => {
+            assert_eq!(view.state, SagaState::Compensated);
+            assert_eq!(
+                view.steps[2].status,
+                StepStatus::Failed,
+                "fenced: never applied"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(engine.compensations_failing(), 0);
+}
