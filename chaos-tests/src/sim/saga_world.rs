@@ -18,8 +18,9 @@
 //! forward and back (up to a minute within a run, up to an hour across a restart) and slewed
 //! (up to 20% fast or slow) while faults last; its monotonic clock runs at true time. The
 //! shell feeds the saga engine its saga clock (the wall clock read at start, advanced by the
-//! monotonic clock), as `runtime::sagas` does. Participants sometimes refuse fences (the
-//! compensation of a step they have no record of) for a while, some until well after the
+//! monotonic clock), as `runtime::sagas` does. While faults last, participants are also cut
+//! off for seconds (so sagas wait on them across coordinator restarts), and some refuse fences
+//! (the compensation of a step they have no record of) for a while, some until well after the
 //! other faults healed, answering `failed` or 503 without recording anything.
 //!
 //! Invariants, once every saga settled (checked with `saga_checkout::check`): every saga ends
@@ -257,6 +258,8 @@ struct Part {
     engine: Engine<KvStore>,
     log: Vec<Record>,
     up: bool,
+    /// Cut off from the coordinator until then (a partition): what is sent to it is lost.
+    cut_until: u64,
     /// Bumped by each crash, so a sync of the dead process's write is ignored.
     life: u64,
     /// Written, not yet durable, in order: a record (or none: the barrier of a repeat or a
@@ -738,7 +741,7 @@ impl World {
                 kind,
                 request,
             } => {
-                if !self.parts[to].up {
+                if !self.reachable(to) {
                     return;
                 }
                 if kind == OpKind::Compensation && self.refuses_fence(to, call, &request) {
@@ -781,7 +784,7 @@ impl World {
                 self.step_coordinator(event);
             }
             Msg::Probe { call, to, op_id } => {
-                if !self.parts[to].up {
+                if !self.reachable(to) {
                     return;
                 }
                 let status = self.parts[to].engine.saga_op_status(&op_id);
@@ -984,6 +987,18 @@ impl World {
         }
     }
 
+    /// Whether a message reaches participant `to`: it is up and not cut off.
+    fn reachable(&self, to: usize) -> bool {
+        self.parts[to].up && self.now >= self.parts[to].cut_until
+    }
+
+    /// A participant cut off for seconds: its steps stay unknown, sagas wait on it past
+    /// restarts of the coordinator.
+    fn partition(&mut self, i: usize) {
+        let until = self.now + self.rng.u64(1_000..6_000);
+        self.parts[i].cut_until = until.min(HEAL_AT_MS);
+    }
+
     fn crash_participant(&mut self, i: usize) {
         if self.parts[i].up {
             self.parts[i].up = false;
@@ -1030,8 +1045,13 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
     let requests: Vec<(SagaRequest, Fate)> = (0..config.sagas)
         .map(|i| {
             let fate = fates[rng.usize(..fates.len())];
-            // Some deadlines are shorter than a few lost messages take: timeouts happen.
-            let timeout = if rng.bool() { 300 } else { 30_000 };
+            // Some deadlines are shorter than a few lost messages take, some last through a
+            // partition and a coordinator restart or two: timeouts happen.
+            let timeout = match rng.u32(0..3) {
+                0 => 300,
+                1 => rng.u64(2_000..8_000),
+                _ => 30_000,
+            };
             let json = saga_checkout::request(&format!("s{seed}-{i}"), 2, 30, fate, timeout);
             let request: SagaRequest = serde_json::from_value(json).map_err(|e| e.to_string())?;
             Ok((request, fate))
@@ -1064,6 +1084,7 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                 engine: fresh_participant(),
                 log: Vec::new(),
                 up: true,
+                cut_until: 0,
                 life: 0,
                 unsynced: std::collections::VecDeque::new(),
                 synced_at: 0,
@@ -1131,6 +1152,10 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                 8..=12 => world.checkpoint(),
                 13..=22 => world.operator_retry(),
                 23..=30 => world.clock_fault(),
+                31 => {
+                    let i = world.rng.usize(0..3);
+                    world.partition(i);
+                }
                 _ => {}
             }
         }
