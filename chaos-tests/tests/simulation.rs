@@ -300,7 +300,7 @@ fn saga_invariants_hold_on_every_seed() {
         Some(seed) => vec![seed],
         None => (0..env_u64("TWOPC_SAGA_SIM_SEEDS").unwrap_or(1_000)).collect(),
     };
-    let mut totals = [0u64; 6];
+    let mut totals = [0u64; 9];
     for seed in seeds {
         let stats = run_saga_seed(seed, SagaSimConfig::default()).unwrap_or_else(|e| {
             panic!("{e}\nreplay: TWOPC_SAGA_SIM_SEED={seed} cargo test -p twopc-chaos-tests --test simulation saga")
@@ -312,15 +312,27 @@ fn saga_invariants_hold_on_every_seed() {
             stats.coordinator_crashes,
             stats.participant_crashes,
             stats.operator_retries,
+            stats.clock_jumps,
+            stats.timeouts,
+            stats.fences_refused,
         ]) {
             *total += n;
         }
     }
     eprintln!(
-        "sagas: {} completed, {} compensated, {} needs_attention; {} coordinator and {} participant crashes; {} operator retries",
-        totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
+        "sagas: {} completed, {} compensated, {} needs_attention; {} coordinator and {} participant crashes; {} operator retries; {} wall clock steps and slews; {} timeouts; {} fences refused",
+        totals[0],
+        totals[1],
+        totals[2],
+        totals[3],
+        totals[4],
+        totals[5],
+        totals[6],
+        totals[7],
+        totals[8]
     );
-    // Every fate and both kinds of crash happened: the runs are not vacuous.
+    // Every fate, both kinds of crash, clock jumps, timeouts and refused fences happened: the
+    // runs are not vacuous.
     assert!(totals.iter().all(|n| *n > 0), "{totals:?}");
 }
 
@@ -342,6 +354,18 @@ fn a_saga_reply_sent_before_its_records_are_durable_is_caught() {
     let (seed, failure) =
         first_saga_catch(chaos_tests::sim::SagaMutation::CoordinatorRepliesBeforeDurable);
     eprintln!("seed {seed}: {failure}");
+}
+
+#[test]
+fn a_saga_deadline_timed_on_the_wall_clock_is_caught() {
+    // Issue 25, item 5: the engine fed the stepping, slewing wall clock loses deadlines (or
+    // brings them early after a restart).
+    let (seed, failure) = first_saga_catch(chaos_tests::sim::SagaMutation::DeadlineOnWallClock);
+    eprintln!("seed {seed}: {failure}");
+    assert!(
+        failure.contains("compensating") || failure.contains("early"),
+        "{failure}"
+    );
 }
 
 #[test]

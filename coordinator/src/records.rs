@@ -79,6 +79,30 @@ pub enum SagaRecord {
 }
 
 impl SagaRecord {
+    /// How long the saga had run (on the coordinator's monotonic clocks, downtime not
+    /// counted) when this record was logged; a begin is at 0. Records logged before this
+    /// was kept say 0 (docs/sagas.md, "Deadlines").
+    pub fn elapsed_ms(&self) -> u64 {
+        match self {
+            SagaRecord::Begin(_) => 0,
+            SagaRecord::StepStarted(r) => r.elapsed_ms,
+            SagaRecord::StepOutcome(r) => r.elapsed_ms,
+            SagaRecord::TimedOut(r) => r.elapsed_ms,
+            SagaRecord::End(r) => r.elapsed_ms,
+        }
+    }
+
+    /// Stamps the saga's elapsed time on the record (a begin carries none: it is at 0).
+    pub fn set_elapsed_ms(&mut self, elapsed_ms: u64) {
+        match self {
+            SagaRecord::Begin(_) => {}
+            SagaRecord::StepStarted(r) => r.elapsed_ms = elapsed_ms,
+            SagaRecord::StepOutcome(r) => r.elapsed_ms = elapsed_ms,
+            SagaRecord::TimedOut(r) => r.elapsed_ms = elapsed_ms,
+            SagaRecord::End(r) => r.elapsed_ms = elapsed_ms,
+        }
+    }
+
     /// The saga the record is about.
     pub fn saga_id(&self) -> &TxId {
         match self {
@@ -97,6 +121,8 @@ pub struct SagaBeginRecord {
     pub digest: Digest,
     pub request: protocol::saga::SagaRequest,
     pub created_at_ms: u64,
+    /// `created_at_ms + timeout_ms`, for people reading the log: the deadline itself is
+    /// measured on the saga's elapsed time, never against a wall clock (docs/sagas.md).
     pub deadline_ms: u64,
     /// The submitting client's name from its token; absent with authentication off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +135,9 @@ pub struct SagaStepStarted {
     pub step: u32,
     pub kind: protocol::saga::OpKind,
     pub attempt: u32,
+    /// The saga's elapsed time when this was logged (see [`SagaRecord::elapsed_ms`]).
+    #[serde(default)]
+    pub elapsed_ms: u64,
 }
 
 /// How one operation ended, as the engine classified the answer.
@@ -135,11 +164,17 @@ pub struct SagaStepOutcome {
     pub step: u32,
     pub kind: protocol::saga::OpKind,
     pub outcome: SagaOpOutcome,
+    /// The saga's elapsed time when this was logged (see [`SagaRecord::elapsed_ms`]).
+    #[serde(default)]
+    pub elapsed_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SagaIdRecord {
     pub id: TxId,
+    /// The saga's elapsed time when this was logged (see [`SagaRecord::elapsed_ms`]).
+    #[serde(default)]
+    pub elapsed_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +183,9 @@ pub struct SagaEndRecord {
     pub state: protocol::saga::SagaState,
     pub reason: Option<String>,
     pub ended_at_ms: u64,
+    /// The saga's elapsed time when this was logged (see [`SagaRecord::elapsed_ms`]).
+    #[serde(default)]
+    pub elapsed_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

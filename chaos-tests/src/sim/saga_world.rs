@@ -14,18 +14,36 @@
 //! the answer is durable (its forced barrier); a call that gets no answer within the step
 //! timeout is `unknown`.
 //!
+//! Clocks: the simulation's own time is true time. The coordinator's wall clock is stepped
+//! forward and back (up to a minute within a run, up to an hour across a restart) and slewed
+//! (up to 20% fast or slow) while faults last; its monotonic clock runs at true time. The
+//! shell feeds the saga engine its saga clock (the wall clock read at start, advanced by the
+//! monotonic clock), as `runtime::sagas` does. While faults last, participants are also cut
+//! off for seconds (so sagas wait on them across coordinator restarts), and some refuse fences
+//! (the compensation of a step they have no record of) for a while, some until well after the
+//! other faults healed, answering `failed` or 503 without recording anything.
+//!
 //! Invariants, once every saga settled (checked with `saga_checkout::check`): every saga ends
 //! `completed` with every step applied once, or `compensated` with every succeeded step undone
 //! once and nothing else, or `needs_attention` with a reason; a client that heard a terminal
 //! state never sees another one later; a client told 202 finds its saga after every crash;
-//! every saga that began ends (liveness after healing).
+//! every saga that began ends (liveness after healing). While it runs:
+//! - deadlines (docs/sagas.md, "Deadlines"): a saga's counted time runs on true time while
+//!   the coordinator is up, and after a crash resumes from what its latest durable record or
+//!   checkpoint counted (downtime and the time after that record do not count). No saga times
+//!   out before its counted time reaches `timeout_ms`, and every saga not ended has timed out
+//!   by `timeout_ms + DEADLINE_SLACK_MS`;
+//! - fences: once the faults healed, a saga whose fence has been refused for `FENCE_HOLD_MS`
+//!   shows that step `compensation_failing` (counted in `compensations_failing`), and every
+//!   other step that succeeded is compensated by then (the fence held nothing up); no saga is
+//!   `compensated` while one of its fences was refused and never taken.
 //!
 //! Must never: read the clock, spawn anything, or draw randomness outside the seeded rng.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use coordinator::records::LogRecord;
+use coordinator::records::{LogRecord, SagaRecord};
 use coordinator::saga::engine::{
     ProbeAnswer, SagaCommand, SagaConfig, SagaEngine, SagaEvent, SagaReply, SagaWait,
 };
@@ -35,6 +53,7 @@ use participant::{Engine, EngineConfig};
 use protocol::digest::{Digest, Fnv128};
 use protocol::saga::{
     OpKind, OpStatus, SagaOpAnswer, SagaOpRequest, SagaRequest, SagaResponse, SagaState,
+    StepStatus, op_id,
 };
 use protocol::{CoordinatorId, Epoch, TxId};
 
@@ -49,6 +68,14 @@ const CONFIG: SagaConfig = SagaConfig {
 };
 /// Faults stop here; afterwards every saga must settle.
 const HEAL_AT_MS: u64 = 20_000;
+/// How late past its counted timeout a saga may start compensating: a deadline timer is
+/// armed once its step's records are durable, and a stalled disk takes up to 300 ms.
+const DEADLINE_SLACK_MS: u64 = 1_000;
+/// How long after the faults healed (or after it was first refused, if later) a refused fence
+/// may keep the saga's other compensations waiting: a few backoffs and round trips.
+const FENCE_HOLD_MS: u64 = 5_000;
+/// Where the coordinator's wall clock starts (Unix ms, about 2026).
+const WALL_START_MS: u64 = 1_780_000_000_000;
 /// Simulated-time bound of a run.
 const END_MS: u64 = 600_000;
 
@@ -69,9 +96,13 @@ impl Default for SagaSimConfig {
     }
 }
 
-/// Shells that answer before what the answer rests on is durable.
+/// Deliberately broken shells: ones that answer before what the answer rests on is durable,
+/// or time deadlines on the wall clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SagaMutation {
+    /// The coordinator's shell feeds the saga engine its wall clock, which steps and slews
+    /// (as before issue 25, item 5), instead of the saga clock that cannot step in a run.
+    DeadlineOnWallClock,
     /// The coordinator's shell sends a step's replies without waiting for its records.
     CoordinatorRepliesBeforeDurable,
     /// The participant answers a repeated op and a probe from its barrier in memory, with no
@@ -86,9 +117,70 @@ enum Unsynced {
     Step {
         records: Vec<LogRecord>,
         commands: Vec<SagaCommand>,
+        /// What the deadline oracle counted for each record's saga when it was logged.
+        stamps: Vec<Stamp>,
     },
-    /// A checkpoint: the table as the records before it left it.
-    Checkpoint(Vec<coordinator::saga::engine::Saga>),
+    /// A checkpoint: the table as the records before it left it, and what the oracle
+    /// counted for each saga when it was taken.
+    Checkpoint(Vec<coordinator::saga::engine::Saga>, Vec<(TxId, u64)>),
+}
+
+/// One logged record as the deadline oracle sees it.
+#[derive(Debug, Clone)]
+struct Stamp {
+    id: TxId,
+    counted: u64,
+    begin: bool,
+    /// A `TimedOut` or `End`: the deadline no longer has to fire.
+    settles: bool,
+}
+
+/// A saga's time as docs/sagas.md ("Deadlines") counts it, kept on the simulation's true time
+/// independently of the engine.
+#[derive(Debug, Clone)]
+struct Counted {
+    timeout: u64,
+    /// Counted time at true time `since` (the begin, or the coordinator's restart).
+    at_since: u64,
+    since: u64,
+    /// Counted time as of the latest durable record or checkpoint about the saga.
+    durable: u64,
+    begin_durable: bool,
+    settled: bool,
+    settled_durable: bool,
+}
+
+/// The coordinator's wall clock: true time, stepped and slewed.
+#[derive(Debug, Clone, Copy)]
+struct WallClock {
+    /// Its reading at true time `at`, and its rate from then (per mille of true time).
+    reading: u64,
+    at: u64,
+    rate_per_mille: u64,
+}
+
+impl WallClock {
+    fn read(&self, now: u64) -> u64 {
+        self.reading + (now - self.at) * self.rate_per_mille / 1000
+    }
+
+    /// Stepped by `delta_ms` (never below a day after the epoch) at `now`.
+    fn step(&mut self, now: u64, delta_ms: i64) {
+        let reading = self.read(now).saturating_add_signed(delta_ms);
+        *self = WallClock {
+            reading: reading.max(86_400_000),
+            at: now,
+            rate_per_mille: self.rate_per_mille,
+        };
+    }
+
+    fn slew(&mut self, now: u64, rate_per_mille: u64) {
+        *self = WallClock {
+            reading: self.read(now),
+            at: now,
+            rate_per_mille,
+        };
+    }
 }
 
 /// What one run did, for the summary.
@@ -103,6 +195,12 @@ pub struct SagaRunStats {
     /// Operator "retry now"s (`POST /v1/sagas/{id}/retry`): an early `RetryDue`, which the
     /// engine must take only for a saga waiting for its timer.
     pub operator_retries: u64,
+    /// Steps and slews of the coordinator's wall clock.
+    pub clock_jumps: u64,
+    /// Sagas that timed out (a `TimedOut` record made durable).
+    pub timeouts: u64,
+    /// Fences a participant refused.
+    pub fences_refused: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +258,8 @@ struct Part {
     engine: Engine<KvStore>,
     log: Vec<Record>,
     up: bool,
+    /// Cut off from the coordinator until then (a partition): what is sent to it is lost.
+    cut_until: u64,
     /// Bumped by each crash, so a sync of the dead process's write is ignored.
     life: u64,
     /// Written, not yet durable, in order: a record (or none: the barrier of a repeat or a
@@ -198,11 +298,183 @@ struct World {
     mutation: Option<SagaMutation>,
     stats: SagaRunStats,
     coordinator_id: CoordinatorId,
+    wall: WallClock,
+    /// This run's saga clock: the wall clock's reading when the run started, and when.
+    run_base: u64,
+    run_started: u64,
+    /// The deadline oracle, by saga.
+    counted: BTreeMap<TxId, Counted>,
+    /// Until when each participant refuses fences.
+    fences_refused_until: Vec<u64>,
+    /// Fences refused and not taken since, with when first refused.
+    fence_refusals: BTreeMap<(TxId, String), u64>,
+    /// The first broken invariant seen while running.
+    violation: Option<String>,
 }
 
 impl World {
     fn faulty(&self) -> bool {
         self.now < HEAL_AT_MS
+    }
+
+    /// The time the saga engine hears: the saga clock (the mutation: the wall clock).
+    fn coordinator_now(&self) -> u64 {
+        if self.mutation == Some(SagaMutation::DeadlineOnWallClock) {
+            return self.wall.read(self.now);
+        }
+        self.run_base + (self.now - self.run_started)
+    }
+
+    fn violated(&mut self, why: String) {
+        self.violation.get_or_insert(why);
+    }
+
+    /// What the oracle counts for `id` now.
+    fn counted_now(&self, id: &TxId) -> Option<u64> {
+        let c = self.counted.get(id)?;
+        Some(if self.coordinator.is_some() {
+            c.at_since + (self.now - c.since)
+        } else {
+            c.at_since
+        })
+    }
+
+    /// The oracle's view of records just logged; a `TimedOut` before the counted time
+    /// reached the timeout is a violation.
+    fn stamp(&mut self, records: &[LogRecord]) -> Vec<Stamp> {
+        let mut stamps = Vec::new();
+        for record in records {
+            let LogRecord::Saga(record) = record else {
+                continue;
+            };
+            let id = record.saga_id().clone();
+            if let SagaRecord::Begin(begin) = record {
+                self.counted.insert(
+                    id.clone(),
+                    Counted {
+                        timeout: begin.request.timeout_ms(),
+                        at_since: 0,
+                        since: self.now,
+                        durable: 0,
+                        begin_durable: false,
+                        settled: false,
+                        settled_durable: false,
+                    },
+                );
+            }
+            let Some(counted) = self.counted_now(&id) else {
+                self.violated(format!("saga {id} logged a record without a begin"));
+                continue;
+            };
+            let settles = matches!(record, SagaRecord::TimedOut(_) | SagaRecord::End(_));
+            if let (SagaRecord::TimedOut(_), Some(c)) = (record, self.counted.get(&id))
+                && counted < c.timeout
+            {
+                let timeout = c.timeout;
+                self.violated(format!(
+                    "saga {id} timed out after {counted} ms of its {timeout} ms (counted on \
+                     true time, downtime excluded): early"
+                ));
+            }
+            if settles && let Some(c) = self.counted.get_mut(&id) {
+                c.settled = true;
+            }
+            stamps.push(Stamp {
+                id,
+                counted,
+                begin: matches!(record, SagaRecord::Begin(_)),
+                settles,
+            });
+        }
+        stamps
+    }
+
+    /// Every saga not ended has timed out by its counted timeout plus the slack.
+    fn check_deadlines(&mut self) {
+        if self.coordinator.is_none() {
+            return;
+        }
+        let late = self.counted.iter().find_map(|(id, c)| {
+            let counted = c.at_since + (self.now - c.since);
+            (!c.settled && counted > c.timeout + DEADLINE_SLACK_MS)
+                .then(|| (id.clone(), counted, c.timeout))
+        });
+        if let Some((id, counted, timeout)) = late {
+            self.violated(format!(
+                "saga {id} has run {counted} ms (counted on true time, downtime excluded) of \
+                 its {timeout} ms and has not started compensating"
+            ));
+        }
+    }
+
+    /// Once healed, a fence refused for `FENCE_HOLD_MS` shows as `compensation_failing`, is
+    /// counted, and holds no other compensation up.
+    fn check_fences(&mut self) {
+        let Some(engine) = &self.coordinator else {
+            return;
+        };
+        let now = self.coordinator_now();
+        let mut found = None;
+        let mut held = 0;
+        for ((id, step), first) in &self.fence_refusals {
+            if self.now < (*first).max(HEAL_AT_MS) + FENCE_HOLD_MS {
+                continue;
+            }
+            let Some(view) = engine.get(id).map(|saga| saga.view(now)) else {
+                continue;
+            };
+            let refused = |name: &String| {
+                self.fence_refusals
+                    .contains_key(&(id.clone(), name.clone()))
+            };
+            let wrong = match view.state {
+                SagaState::Compensated => {
+                    Some("compensated while its fence is refused".to_string())
+                }
+                SagaState::Compensating => view.steps.iter().find_map(|s| {
+                    let failing = s.status == StepStatus::CompensationFailing;
+                    // Done with, never to be done, or a refused fence of its own.
+                    let settled = matches!(
+                        s.status,
+                        StepStatus::Compensated | StepStatus::Failed | StepStatus::Pending
+                    ) || (failing && refused(&s.name));
+                    if &s.name == step && !failing {
+                        Some(format!(
+                            "step {} shows {:?}, not compensation_failing, while its fence is \
+                             refused",
+                            s.name, s.status
+                        ))
+                    } else if !settled {
+                        Some(format!(
+                            "step {} is {:?}: held up behind a refused fence",
+                            s.name, s.status
+                        ))
+                    } else {
+                        None
+                    }
+                }),
+                _ => None,
+            };
+            if view.state == SagaState::Compensating {
+                held += 1;
+            }
+            if let Some(why) = wrong {
+                found = Some(format!(
+                    "saga {id}, fence of {step} refused since {first} ms: {why}: {}",
+                    serde_json::to_string(&view).unwrap_or_default()
+                ));
+                break;
+            }
+        }
+        if found.is_none() && engine.compensations_failing() < held {
+            found = Some(format!(
+                "compensations_failing is {} with {held} refused fences holding",
+                engine.compensations_failing()
+            ));
+        }
+        if let Some(why) = found {
+            self.violated(why);
+        }
     }
 
     fn schedule(&mut self, after: u64, msg: Msg) {
@@ -267,16 +539,18 @@ impl World {
             return;
         }
         // The shell: the step's records durable first, then the rest.
-        let records = records
+        let records: Vec<LogRecord> = records
             .into_iter()
             .filter_map(|c| match c {
                 SagaCommand::Append(record) => Some(record),
                 _ => None,
             })
             .collect();
+        let stamps = self.stamp(&records);
         self.unsynced.push_back(Unsynced::Step {
             records,
             commands: rest,
+            stamps,
         });
         self.schedule_coordinator_sync();
     }
@@ -290,7 +564,11 @@ impl World {
     /// The oldest unsynced write at the coordinator is durable.
     fn coordinator_synced(&mut self) {
         match self.unsynced.pop_front() {
-            Some(Unsynced::Step { records, commands }) => {
+            Some(Unsynced::Step {
+                records,
+                commands,
+                stamps,
+            }) => {
                 let ids = records
                     .iter()
                     .filter_map(|r| match r {
@@ -298,16 +576,32 @@ impl World {
                         _ => None,
                     })
                     .collect();
+                self.stats.timeouts += records
+                    .iter()
+                    .filter(|r| matches!(r, LogRecord::Saga(SagaRecord::TimedOut(_))))
+                    .count() as u64;
                 self.log.extend(records);
-                let now_ms = self.now;
+                for stamp in stamps {
+                    if let Some(c) = self.counted.get_mut(&stamp.id) {
+                        c.durable = c.durable.max(stamp.counted);
+                        c.begin_durable |= stamp.begin;
+                        c.settled_durable |= stamp.settles;
+                    }
+                }
+                let now_ms = self.coordinator_now();
                 self.step_coordinator(SagaEvent::Durable { ids, now_ms });
                 for command in commands {
                     self.execute(command);
                 }
             }
-            Some(Unsynced::Checkpoint(table)) => {
+            Some(Unsynced::Checkpoint(table, stamps)) => {
                 self.checkpoint = table;
                 self.log.clear();
+                for (id, counted) in stamps {
+                    if let Some(c) = self.counted.get_mut(&id) {
+                        c.durable = c.durable.max(counted);
+                    }
+                }
             }
             None => {}
         }
@@ -420,6 +714,8 @@ impl World {
 
     fn deliver(&mut self, msg: Msg) {
         let now = self.now;
+        // What the coordinator's shell reads; participants stamp their records with true time.
+        let clock = self.coordinator_now();
         let jitter = self.rng.u64(..);
         match msg {
             Msg::Submit(i, wait) => {
@@ -434,7 +730,7 @@ impl World {
                     wait,
                     request,
                     digest,
-                    now_ms: now,
+                    now_ms: clock,
                     client: None,
                 };
                 self.step_coordinator(event);
@@ -445,7 +741,10 @@ impl World {
                 kind,
                 request,
             } => {
-                if !self.parts[to].up {
+                if !self.reachable(to) {
+                    return;
+                }
+                if kind == OpKind::Compensation && self.refuses_fence(to, call, &request) {
                     return;
                 }
                 let part = &mut self.parts[to];
@@ -482,13 +781,13 @@ impl World {
                     step: found.step,
                     kind,
                     outcome,
-                    now_ms: now,
+                    now_ms: clock,
                     jitter,
                 };
                 self.step_coordinator(event);
             }
             Msg::Probe { call, to, op_id } => {
-                if !self.parts[to].up {
+                if !self.reachable(to) {
                     return;
                 }
                 let asked = protocol::saga::OpQuery::from_coordinator(&self.coordinator_id, None);
@@ -542,7 +841,7 @@ impl World {
                     id: found.id,
                     step: found.step,
                     answer,
-                    now_ms: now,
+                    now_ms: clock,
                     jitter,
                 };
                 self.step_coordinator(event);
@@ -559,14 +858,14 @@ impl World {
                         outcome: coordinator::records::SagaOpOutcome::Unknown {
                             error: "timeout".into(),
                         },
-                        now_ms: now,
+                        now_ms: clock,
                         jitter,
                     },
                     None => SagaEvent::ProbeAnswered {
                         id: found.id,
                         step: found.step,
                         answer: ProbeAnswer::NoAnswer("timeout".into()),
-                        now_ms: now,
+                        now_ms: clock,
                         jitter,
                     },
                 };
@@ -577,16 +876,30 @@ impl World {
                     return;
                 }
                 let event = match event {
-                    SagaEvent::RetryDue { id, .. } => SagaEvent::RetryDue { id, now_ms: now },
-                    SagaEvent::DeadlineDue { id, .. } => SagaEvent::DeadlineDue { id, now_ms: now },
+                    SagaEvent::RetryDue { id, .. } => SagaEvent::RetryDue { id, now_ms: clock },
+                    SagaEvent::DeadlineDue { id, .. } => {
+                        SagaEvent::DeadlineDue { id, now_ms: clock }
+                    }
                     other => other,
                 };
                 self.step_coordinator(event);
             }
             Msg::CoordinatorUp => {
+                // The machine's clock may have been reset while it was down.
+                if self.rng.u32(0..3) == 0 {
+                    let delta = self.rng.i64(-3_600_000..=3_600_000);
+                    self.wall.step(now, delta);
+                    self.stats.clock_jumps += 1;
+                }
+                self.run_base = self.wall.read(now);
+                self.run_started = now;
+                for c in self.counted.values_mut() {
+                    c.since = now;
+                }
                 let engine = SagaEngine::replay(CONFIG, self.checkpoint.clone(), &self.log);
                 self.coordinator = Some(engine);
-                self.step_coordinator(SagaEvent::Recovered { now_ms: now });
+                let now_ms = self.coordinator_now();
+                self.step_coordinator(SagaEvent::Recovered { now_ms });
             }
             Msg::ParticipantUp(i) => {
                 let mut engine = fresh_participant();
@@ -639,15 +952,61 @@ impl World {
         );
     }
 
+    /// A fence (a compensation of a step participant `to` has no record of) refused while
+    /// its window lasts: `failed` or 503, nothing recorded. Any compensation the participant
+    /// takes for the step ends its refusal.
+    fn refuses_fence(&mut self, to: usize, call: u64, request: &SagaOpRequest) -> bool {
+        let key = (request.saga_id.clone(), request.step.clone());
+        let action = op_id(&request.saga_id, &request.step, OpKind::Action);
+        let asked = protocol::saga::OpQuery::from_coordinator(&request.coordinator_id, None);
+        let fence = self.parts[to]
+            .engine
+            .saga_op_status(&action, &asked)
+            .is_ok_and(|status| status.status == OpStatus::NotFound);
+        if !fence || self.now >= self.fences_refused_until[to] {
+            self.fence_refusals.remove(&key);
+            return false;
+        }
+        self.stats.fences_refused += 1;
+        self.fence_refusals.entry(key).or_insert(self.now);
+        let answer = if self.rng.bool() {
+            Some(SagaOpAnswer::Failed {
+                reason: "the fence cannot be recorded now".into(),
+            })
+        } else {
+            None
+        };
+        self.send(Msg::OpAnswer { call, answer });
+        true
+    }
+
     fn crash_coordinator(&mut self) {
         if self.coordinator.take().is_some() {
             self.stats.coordinator_crashes += 1;
-            // What was not yet durable is gone.
+            // What was not yet durable is gone, and the oracle's counts resume from the
+            // durable ones.
+            self.counted.retain(|_, c| c.begin_durable);
+            for c in self.counted.values_mut() {
+                c.at_since = c.durable;
+                c.settled = c.settled_durable;
+            }
             self.unsynced.clear();
             self.run += 1;
             let after = self.rng.u64(10..500);
             self.schedule(after, Msg::CoordinatorUp);
         }
+    }
+
+    /// Whether a message reaches participant `to`: it is up and not cut off.
+    fn reachable(&self, to: usize) -> bool {
+        self.parts[to].up && self.now >= self.parts[to].cut_until
+    }
+
+    /// A participant cut off for seconds: its steps stay unknown, sagas wait on it past
+    /// restarts of the coordinator.
+    fn partition(&mut self, i: usize) {
+        let until = self.now + self.rng.u64(1_000..6_000);
+        self.parts[i].cut_until = until.min(HEAL_AT_MS);
     }
 
     fn crash_participant(&mut self, i: usize) {
@@ -665,9 +1024,26 @@ impl World {
     /// records before it once it is durable, in log order with them.
     fn checkpoint(&mut self) {
         if let Some(engine) = &self.coordinator {
-            let table = engine.snapshot();
-            self.unsynced.push_back(Unsynced::Checkpoint(table));
+            let table = engine.snapshot(self.coordinator_now());
+            let stamps = self
+                .counted
+                .keys()
+                .filter_map(|id| Some((id.clone(), self.counted_now(id)?)))
+                .collect();
+            self.unsynced.push_back(Unsynced::Checkpoint(table, stamps));
             self.schedule_coordinator_sync();
+        }
+    }
+
+    /// While faults last, the coordinator's wall clock is stepped or its rate changed.
+    fn clock_fault(&mut self) {
+        self.stats.clock_jumps += 1;
+        if self.rng.u32(0..4) == 0 {
+            let rate = self.rng.u64(800..=1200);
+            self.wall.slew(self.now, rate);
+        } else {
+            let delta = self.rng.i64(-60_000..=60_000);
+            self.wall.step(self.now, delta);
         }
     }
 }
@@ -679,13 +1055,26 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
     let requests: Vec<(SagaRequest, Fate)> = (0..config.sagas)
         .map(|i| {
             let fate = fates[rng.usize(..fates.len())];
-            // Some deadlines are shorter than a few lost messages take: timeouts happen.
-            let timeout = if rng.bool() { 300 } else { 30_000 };
+            // Some deadlines are shorter than a few lost messages take, some last through a
+            // partition and a coordinator restart or two: timeouts happen.
+            let timeout = match rng.u32(0..3) {
+                0 => 300,
+                1 => rng.u64(2_000..8_000),
+                _ => 30_000,
+            };
             let json = saga_checkout::request(&format!("s{seed}-{i}"), 2, 30, fate, timeout);
             let request: SagaRequest = serde_json::from_value(json).map_err(|e| e.to_string())?;
             Ok((request, fate))
         })
         .collect::<Result<_, String>>()?;
+    // Some participants refuse fences for a while, some until well after the other faults.
+    let fences_refused_until = (0..3)
+        .map(|_| match rng.u32(0..3) {
+            0 => 0,
+            1 => rng.u64(0..HEAL_AT_MS),
+            _ => HEAL_AT_MS + rng.u64(2 * FENCE_HOLD_MS..40_000),
+        })
+        .collect();
     let mut world = World {
         rng,
         now: 0,
@@ -705,6 +1094,7 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                 engine: fresh_participant(),
                 log: Vec::new(),
                 up: true,
+                cut_until: 0,
                 life: 0,
                 unsynced: std::collections::VecDeque::new(),
                 synced_at: 0,
@@ -716,6 +1106,17 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
         mutation: config.mutation,
         stats: SagaRunStats::default(),
         coordinator_id: CoordinatorId::new("c-sim").map_err(|e| e.to_string())?,
+        wall: WallClock {
+            reading: WALL_START_MS,
+            at: 0,
+            rate_per_mille: 1000,
+        },
+        run_base: WALL_START_MS,
+        run_started: 0,
+        counted: BTreeMap::new(),
+        fences_refused_until,
+        fence_refusals: BTreeMap::new(),
+        violation: None,
     };
     for i in 0..config.sagas {
         // Each client sends once (waiting for the end, or only for the 202), and some send
@@ -760,14 +1161,37 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
                 }
                 8..=12 => world.checkpoint(),
                 13..=22 => world.operator_retry(),
+                23..=30 => world.clock_fault(),
+                31 => {
+                    let i = world.rng.usize(0..3);
+                    world.partition(i);
+                }
                 _ => {}
             }
+        }
+        world.check_deadlines();
+        if !world.faulty() {
+            world.check_fences();
+        }
+        if let Some(why) = world.violation.take() {
+            return Err(format!("seed {seed} at {} ms: {why}", world.now));
         }
     }
     let engine = world
         .coordinator
         .as_ref()
         .ok_or_else(|| format!("seed {seed}: the coordinator never came back"))?;
+    for ((id, step), first) in &world.fence_refusals {
+        if engine
+            .get(id)
+            .is_some_and(|saga| saga.state() == SagaState::Compensated)
+        {
+            return Err(format!(
+                "seed {seed}: saga {id} is compensated, but its fence of {step} was refused at \
+                 {first} ms and never taken"
+            ));
+        }
+    }
     for (request, fate) in &world.requests {
         let Some(saga) = engine.get(&request.id) else {
             if world.accepted.contains(&request.id) {
@@ -792,7 +1216,7 @@ pub fn run_saga_seed(seed: u64, config: SagaSimConfig) -> Result<SagaRunStats, S
             }
             continue;
         };
-        let view = saga.view(world.now);
+        let view = saga.view(world.coordinator_now());
         let json = serde_json::to_value(&view).map_err(|e| e.to_string())?;
         let effects = effects_of(&world, request.id.as_str());
         saga_checkout::check(&json, effects, 2, 30)

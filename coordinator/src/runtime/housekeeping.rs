@@ -43,7 +43,7 @@ impl Core {
             // makes one cut: each copy reflects every record before the checkpoint's covered
             // sequence number and none after (docs/recovery.md, "Checkpoints").
             let sagas = self.sagas.lock();
-            snapshot.sagas = sagas.snapshot();
+            snapshot.sagas = sagas.snapshot(self.sagas.now_ms());
             let leases = self.leases.lock();
             snapshot.leases = leases.snapshot();
             let size = Arc::clone(&bytes);

@@ -331,7 +331,7 @@ impl Core {
         if waiting {
             self.apply_saga(crate::saga::engine::SagaEvent::RetryDue {
                 id: id.clone(),
-                now_ms: now_ms(),
+                now_ms: self.sagas.now_ms(),
             });
             self.metrics
                 .operator_retries

@@ -3,6 +3,11 @@
 //! (`SagaEvent::Durable`) and executes the rest (sends to participants, op queries, timers,
 //! replies), feeding answers back as events.
 //!
+//! Time: every event carries `now_ms` from the saga clock, which cannot step within a run
+//! (the wall clock read once at start, advanced by the monotonic clock, as leases measure
+//! expiry), so a wall clock stepped or slewed neither loses a saga's deadline nor brings it
+//! early; across restarts the engine resumes each deadline from the elapsed time the log holds.
+//!
 //! Lock order: the 2PC engine's lock before the saga table's (the checkpoint takes both);
 //! nothing here takes the 2PC engine's lock.
 
@@ -26,6 +31,7 @@ use wal::{Durability, RecordType};
 
 use crate::digest::Digest;
 use crate::engine::WaiterId;
+use crate::leases::LeaseClock;
 use crate::records::{LogRecord, SagaOpOutcome, SagaRecord};
 use crate::runtime::participants::truncate;
 use crate::runtime::{Core, now_ms};
@@ -38,6 +44,9 @@ pub type SagaOutcome = Result<SagaReply, String>;
 #[derive(Debug)]
 pub struct SagaShell {
     engine: Mutex<SagaEngine>,
+    /// Unix ms that never jump within a run (the same kind of clock the lease service uses):
+    /// the only time the saga engine hears.
+    clock: LeaseClock,
     waiters: Mutex<HashMap<WaiterId, oneshot::Sender<SagaOutcome>>>,
     next_waiter: AtomicU64,
     /// Actions and compensations sent again (attempt > 1), for `twopc_saga_step_retries_total`.
@@ -51,11 +60,17 @@ impl SagaShell {
     pub fn new(engine: SagaEngine) -> SagaShell {
         SagaShell {
             engine: Mutex::new(engine),
+            clock: LeaseClock::starting_at(now_ms()),
             waiters: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
             step_retries: AtomicU64::new(0),
             op_id_conflicts: AtomicU64::new(0),
         }
+    }
+
+    /// Now on the saga clock (never steps back within a run).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, SagaEngine> {
@@ -96,7 +111,7 @@ impl Core {
             wait,
             request,
             digest,
-            now_ms: now_ms(),
+            now_ms: self.sagas.now_ms(),
             client,
         });
         match tokio::time::timeout(bound, receiver).await {
@@ -111,7 +126,11 @@ impl Core {
     }
 
     pub fn saga_status(&self, id: &TxId) -> Option<SagaResponse> {
-        let mut view = self.sagas.lock().get(id).map(|saga| saga.view(now_ms()))?;
+        let mut view = self
+            .sagas
+            .lock()
+            .get(id)
+            .map(|saga| saga.view(self.sagas.now_ms()))?;
         view.resolved_by_hand = self.lock_engine().hand_resolution(id);
         Some(view)
     }
@@ -119,7 +138,7 @@ impl Core {
     /// Stuck first, as the engine orders them, except that a `needs_attention` saga settled
     /// by hand goes after the ones still waiting for an operator.
     pub fn list_sagas(&self, state: Option<SagaState>, limit: usize) -> Vec<SagaResponse> {
-        let mut views = self.sagas.lock().list(state, limit, now_ms());
+        let mut views = self.sagas.lock().list(state, limit, self.sagas.now_ms());
         {
             let engine = self.lock_engine();
             for view in &mut views {
@@ -153,7 +172,7 @@ impl Core {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "# HELP twopc_saga_compensations_failing Steps whose compensation keeps failing \
+            "# HELP twopc_saga_compensations_failing Steps whose compensation (or fence) keeps failing \
              (retried with capped backoff for ever).\n# TYPE twopc_saga_compensations_failing \
              gauge\ntwopc_saga_compensations_failing {failing}"
         );
@@ -244,7 +263,7 @@ impl Core {
             if !logged.is_empty() {
                 core.apply_saga(SagaEvent::Durable {
                     ids: logged,
-                    now_ms: now_ms(),
+                    now_ms: core.sagas.now_ms(),
                 });
             }
             for action in actions {
@@ -271,7 +290,7 @@ impl Core {
                     };
                     core.apply_saga(SagaEvent::RetryDue {
                         id,
-                        now_ms: now_ms(),
+                        now_ms: core.sagas.now_ms(),
                     });
                 });
             }
@@ -285,7 +304,7 @@ impl Core {
                     };
                     core.apply_saga(SagaEvent::DeadlineDue {
                         id,
-                        now_ms: now_ms(),
+                        now_ms: core.sagas.now_ms(),
                     });
                 });
             }
@@ -331,7 +350,7 @@ impl Core {
                         step,
                         kind,
                         outcome,
-                        now_ms: now_ms(),
+                        now_ms: core.sagas.now_ms(),
                         jitter: fastrand::u64(..),
                     });
                 });
@@ -359,7 +378,7 @@ impl Core {
                         id,
                         step,
                         answer,
-                        now_ms: now_ms(),
+                        now_ms: core.sagas.now_ms(),
                         jitter: fastrand::u64(..),
                     });
                 });

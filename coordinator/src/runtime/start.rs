@@ -245,6 +245,8 @@ pub async fn recover_on(
     // Whether a run this log does not hold passed this one (a restore) shows in the answers.
     core.probe_epochs();
     // Every live saga resumes where its log says: unknown steps are asked about first.
-    core.apply_saga(SagaEvent::Recovered { now_ms: now_ms() });
+    core.apply_saga(SagaEvent::Recovered {
+        now_ms: core.sagas.now_ms(),
+    });
     Ok(core)
 }

@@ -10,6 +10,13 @@
 //! submit of it waits and every read (`get`, `list`, `counts`) shows the saga as of its last
 //! durable record, as the 2PC engine answers only from `DecisionDurable`.
 //!
+//! Deadlines: the shell's `now_ms` is a clock that never steps within a run (Unix ms read
+//! once at start, advanced by the monotonic clock), and runs' clocks are never compared. A
+//! saga's deadline is `timeout_ms` of its elapsed time: measured on this run's clock since the
+//! saga began or since the restart, plus the elapsed time its last record or checkpoint logged
+//! (docs/sagas.md, "Deadlines"). Downtime does not count, so a deadline may come later than
+//! the wall clock says, never earlier.
+//!
 //! It must never do I/O or read a clock.
 
 use std::collections::BTreeMap;
@@ -170,6 +177,13 @@ pub enum Busy {
     Waiting,
 }
 
+/// Where this run's clock stood when a saga had run for `elapsed_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunningSince {
+    now_ms: u64,
+    elapsed_ms: u64,
+}
+
 /// One saga as the table (and the checkpoint) keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Saga {
@@ -180,6 +194,15 @@ pub struct Saga {
     /// Successes counted so far (the planner's order numbers).
     pub successes: u32,
     pub ended: Option<SagaEndRecord>,
+    /// How long the saga had run as of its last record or checkpoint (downtime not counted):
+    /// where its clock resumes after a restart. 0 in checkpoints written before it was kept,
+    /// so such a saga gets its whole timeout again from the restart.
+    #[serde(default)]
+    pub elapsed_ms: u64,
+    /// This run's clock reading from which its elapsed time advances (`None` until the saga
+    /// begins or resumes in this run).
+    #[serde(skip)]
+    running_since: Option<RunningSince>,
     #[serde(skip)]
     pub busy: Busy,
     #[serde(skip)]
@@ -217,6 +240,8 @@ impl Saga {
             timed_out: false,
             successes: 0,
             ended: None,
+            elapsed_ms: 0,
+            running_since: None,
             busy: Busy::Idle,
             waiters: Vec::new(),
             failures: 0,
@@ -252,7 +277,38 @@ impl Saga {
             timed_out: self.timed_out,
             successes: self.successes,
             ended: self.ended.clone(),
+            elapsed_ms: self.elapsed_ms,
+            running_since: None,
         }
+    }
+
+    /// How long the saga has run at `now_ms` (this run's clock): what the log says, plus this
+    /// run's time since it began or resumed. Never less than the log says, even if `now_ms`
+    /// went back (it does not, from a working shell).
+    pub fn elapsed_at(&self, now_ms: u64) -> u64 {
+        match self.running_since {
+            Some(since) => since
+                .elapsed_ms
+                .saturating_add(now_ms.saturating_sub(since.now_ms))
+                .max(self.elapsed_ms),
+            None => self.elapsed_ms,
+        }
+    }
+
+    /// How long until the deadline at `now_ms` (0: due).
+    fn remaining_at(&self, now_ms: u64) -> u64 {
+        self.begin
+            .request
+            .timeout_ms()
+            .saturating_sub(self.elapsed_at(now_ms))
+    }
+
+    /// Its clock runs on this run's from `now_ms`, starting from what the log says.
+    fn resume_clock(&mut self, now_ms: u64) {
+        self.running_since = Some(RunningSince {
+            now_ms,
+            elapsed_ms: self.elapsed_ms,
+        });
     }
 
     fn plan_steps(&self) -> Vec<PlanStep> {
@@ -280,6 +336,7 @@ impl Saga {
     /// Applies one logged record (live and in replay alike). Idempotent for what matters:
     /// success is sticky, attempts take the maximum.
     fn absorb(&mut self, record: &SagaRecord) {
+        self.elapsed_ms = self.elapsed_ms.max(record.elapsed_ms());
         match record {
             SagaRecord::Begin(_) => {}
             SagaRecord::StepStarted(started) => {
@@ -349,7 +406,9 @@ impl Saga {
             Fact::NotFound => StepStatus::Unknown,
             Fact::Succeeded { .. } if compensating => StepStatus::Compensating,
             Fact::Succeeded { .. } => StepStatus::Succeeded,
-            Fact::CompensationFailing { .. } => StepStatus::CompensationFailing,
+            Fact::CompensationFailing { .. } | Fact::FenceFailing { .. } => {
+                StepStatus::CompensationFailing
+            }
             Fact::Compensated { .. } => StepStatus::Compensated,
         }
     }
@@ -453,9 +512,13 @@ impl SagaEngine {
         }
     }
 
-    /// Absorbs `record` and emits its append; the saga counts it unsynced until the shell
-    /// reports it durable (`SagaEvent::Durable`).
-    fn log(&mut self, record: SagaRecord, out: &mut Vec<SagaCommand>) {
+    /// Stamps `record` with its saga's elapsed time at `now_ms`, absorbs it and emits its
+    /// append; the saga counts it unsynced until the shell reports it durable
+    /// (`SagaEvent::Durable`).
+    fn log(&mut self, mut record: SagaRecord, now_ms: u64, out: &mut Vec<SagaCommand>) {
+        if let Some(saga) = self.sagas.get(record.saga_id()) {
+            record.set_elapsed_ms(saga.elapsed_at(now_ms));
+        }
         self.absorb(&record);
         if let Some(saga) = self.sagas.get_mut(record.saga_id()) {
             saga.unsynced += 1;
@@ -520,9 +583,20 @@ impl SagaEngine {
         });
     }
 
-    /// The checkpoint's copy: only what the log holds (nothing in flight, no waiters).
-    pub fn snapshot(&self) -> Vec<Saga> {
-        self.sagas.values().map(Saga::durable).collect()
+    /// The checkpoint's copy at `now_ms`: only what the log holds (nothing in flight, no
+    /// waiters), and each live saga's elapsed time as of now, so that a restart after it
+    /// loses at most the time since (besides its downtime).
+    pub fn snapshot(&self, now_ms: u64) -> Vec<Saga> {
+        self.sagas
+            .values()
+            .map(|saga| {
+                let mut copy = saga.durable();
+                if saga.ended.is_none() {
+                    copy.elapsed_ms = saga.elapsed_at(now_ms);
+                }
+                copy
+            })
+            .collect()
     }
 
     /// The saga as of its last durable record (reads never show what a crash can take back).
@@ -559,12 +633,12 @@ impl SagaEngine {
     }
 
     /// How many sagas are in each state (metrics).
-    /// Steps whose compensation keeps failing, over every saga not ended.
+    /// Steps whose compensation (or fence) keeps failing, over every saga not ended.
     pub fn compensations_failing(&self) -> u64 {
         self.shown()
             .filter(|s| s.ended.is_none())
             .flat_map(|s| &s.facts)
-            .filter(|f| matches!(f, Fact::CompensationFailing { .. }))
+            .filter(|f| f.is_compensation_failing())
             .count() as u64
     }
 
@@ -620,7 +694,9 @@ impl SagaEngine {
                         step: step as u32,
                         kind,
                         outcome,
+                        elapsed_ms: 0,
                     }),
+                    now_ms,
                     &mut out,
                 );
                 self.after_answer(&id, retry, now_ms, jitter, &mut out);
@@ -664,7 +740,9 @@ impl SagaEngine {
                             step: step as u32,
                             kind,
                             outcome,
+                            elapsed_ms: 0,
                         }),
+                        now_ms,
                         &mut out,
                     );
                 }
@@ -690,13 +768,9 @@ impl SagaEngine {
                 for id in live {
                     if let Some(saga) = self.sagas.get_mut(&id) {
                         saga.busy = Busy::Idle;
-                        let deadline = saga.begin.deadline_ms;
-                        if !saga.timed_out && deadline > now_ms {
-                            out.push(SagaCommand::ArmDeadline {
-                                id: id.clone(),
-                                after_ms: deadline - now_ms,
-                            });
-                        }
+                        // The remaining time is what the log says is left, never a wall-clock
+                        // difference: the downtime does not count.
+                        saga.resume_clock(now_ms);
                     }
                     self.deadline(&id, now_ms, &mut out);
                     self.drive(&id, now_ms, &mut out);
@@ -740,7 +814,10 @@ impl SagaEngine {
             deadline_ms: now_ms.saturating_add(timeout_ms),
             client,
         };
-        self.log(SagaRecord::Begin(begin), out);
+        self.log(SagaRecord::Begin(begin), now_ms, out);
+        if let Some(saga) = self.sagas.get_mut(&id) {
+            saga.resume_clock(now_ms);
+        }
         out.push(SagaCommand::ArmDeadline {
             id: id.clone(),
             after_ms: timeout_ms,
@@ -761,14 +838,31 @@ impl SagaEngine {
         }
     }
 
+    /// Times the saga out if its elapsed time reached its timeout, and otherwise arms the
+    /// timer for what is left (a timer that fired early, or a restart, re-arms it).
     fn deadline(&mut self, id: &TxId, now_ms: u64, out: &mut Vec<SagaCommand>) {
         let Some(saga) = self.sagas.get(id) else {
             return;
         };
-        if saga.ended.is_some() || saga.timed_out || now_ms < saga.begin.deadline_ms {
+        if saga.ended.is_some() || saga.timed_out {
             return;
         }
-        self.log(SagaRecord::TimedOut(SagaIdRecord { id: id.clone() }), out);
+        let remaining = saga.remaining_at(now_ms);
+        if remaining > 0 {
+            out.push(SagaCommand::ArmDeadline {
+                id: id.clone(),
+                after_ms: remaining,
+            });
+            return;
+        }
+        self.log(
+            SagaRecord::TimedOut(SagaIdRecord {
+                id: id.clone(),
+                elapsed_ms: 0,
+            }),
+            now_ms,
+            out,
+        );
         self.drive(id, now_ms, out);
     }
 
@@ -818,17 +912,17 @@ impl SagaEngine {
             Decision::NeedsAttention => Some(end(SagaState::NeedsAttention)),
             Decision::Continue => {
                 let i = plan.next_index.unwrap_or_default();
-                self.start_op(id, i, OpKind::Action, out);
+                self.start_op(id, i, OpKind::Action, now_ms, out);
                 None
             }
             Decision::Fence => {
                 let i = plan.fence_index.first().copied().unwrap_or_default();
-                self.start_op(id, i, OpKind::Compensation, out);
+                self.start_op(id, i, OpKind::Compensation, now_ms, out);
                 None
             }
             Decision::Compensate => {
                 let i = plan.compensate_index.first().copied().unwrap_or_default();
-                self.start_op(id, i, OpKind::Compensation, out);
+                self.start_op(id, i, OpKind::Compensation, now_ms, out);
                 None
             }
             Decision::ReconcileFirst => {
@@ -855,7 +949,9 @@ impl SagaEngine {
                     state,
                     reason,
                     ended_at_ms: now_ms,
+                    elapsed_ms: 0,
                 }),
+                now_ms,
                 out,
             );
             if let Some(saga) = self.sagas.get_mut(id) {
@@ -870,7 +966,14 @@ impl SagaEngine {
         }
     }
 
-    fn start_op(&mut self, id: &TxId, i: usize, kind: OpKind, out: &mut Vec<SagaCommand>) {
+    fn start_op(
+        &mut self,
+        id: &TxId,
+        i: usize,
+        kind: OpKind,
+        now_ms: u64,
+        out: &mut Vec<SagaCommand>,
+    ) {
         let Some(saga) = self.sagas.get(id) else {
             return;
         };
@@ -885,7 +988,9 @@ impl SagaEngine {
                 step: i as u32,
                 kind,
                 attempt,
+                elapsed_ms: 0,
             }),
+            now_ms,
             out,
         );
         let timeout_ms = self.config.step_timeout_ms;

@@ -51,12 +51,16 @@ fn durable(engine: &mut SagaEngine, commands: &[SagaCommand]) -> Vec<SagaCommand
 }
 
 fn answer(step: usize, kind: OpKind, outcome: SagaOpOutcome) -> SagaEvent {
+    answer_at(step, kind, outcome, 2000)
+}
+
+fn answer_at(step: usize, kind: OpKind, outcome: SagaOpOutcome, now_ms: u64) -> SagaEvent {
     SagaEvent::OpAnswered {
         id: id(),
         step,
         kind,
         outcome,
-        now_ms: 2000,
+        now_ms,
         jitter: 0,
     }
 }
@@ -365,7 +369,7 @@ fn a_repeat_and_every_read_wait_for_the_records_they_rest_on() {
     assert!(engine.list(None, 10, 1000).is_empty());
     assert_eq!(engine.counts()[&SagaState::Running], 0);
     // The checkpoint covers the record (it is ahead of it in the log): it holds the saga.
-    assert_eq!(engine.snapshot().len(), 1);
+    assert_eq!(engine.snapshot(1000).len(), 1);
     // Durable: both are answered, and reads show it.
     let released = durable(&mut engine, &first);
     assert!(
@@ -421,15 +425,17 @@ fn replay_of_the_log_and_of_a_snapshot_resumes_where_the_log_says() {
     };
     keep(submit(&mut engine, SagaWait::Terminal));
     keep(engine.step(answer(0, OpKind::Action, done())));
-    // Crash after charge was sent (its start is logged, its outcome is not).
+    // Crash after charge was sent (its start is logged, its outcome is not). The log says
+    // the saga had run 1 s of its 10 s; a checkpoint at 2.5 s says 1.5 s.
     let replayed = SagaEngine::replay(CONFIG, Vec::new(), &log);
-    let from_snapshot = SagaEngine::replay(CONFIG, engine.snapshot(), &[]);
-    for mut engine in [replayed, from_snapshot] {
+    let from_snapshot = SagaEngine::replay(CONFIG, engine.snapshot(2500), &[]);
+    for (mut engine, left) in [(replayed, 9000), (from_snapshot, 8500)] {
         let resumed = engine.step(SagaEvent::Recovered { now_ms: 3000 });
         assert!(
-            resumed
-                .iter()
-                .any(|c| matches!(c, SagaCommand::ArmDeadline { after_ms: 8000, .. }))
+            resumed.iter().any(
+                |c| matches!(c, SagaCommand::ArmDeadline { after_ms, .. } if *after_ms == left)
+            ),
+            "{resumed:?}"
         );
         assert!(
             resumed
@@ -442,10 +448,11 @@ fn replay_of_the_log_and_of_a_snapshot_resumes_where_the_log_says() {
         assert_eq!(view.steps[1].attempts, 1);
     }
     // The snapshot round-trips through the checkpoint encoding.
-    let encoded = serde_json::to_vec(&engine.snapshot()).unwrap();
+    let encoded = serde_json::to_vec(&engine.snapshot(2500)).unwrap();
     let decoded: Vec<crate::saga::engine::Saga> = serde_json::from_slice(&encoded).unwrap();
     assert_eq!(serde_json::to_vec(&decoded).unwrap(), encoded);
-    assert_eq!(decoded[0].facts, engine.snapshot()[0].facts);
+    assert_eq!(decoded[0].facts, engine.snapshot(2500)[0].facts);
+    assert_eq!(decoded[0].elapsed_ms, 1500);
 }
 
 /// Found by the saga simulation: a checkpoint taken while an action was in flight carried
@@ -454,7 +461,7 @@ fn replay_of_the_log_and_of_a_snapshot_resumes_where_the_log_says() {
 fn a_checkpoint_holds_only_durable_state() {
     let mut engine = SagaEngine::new(CONFIG);
     submit(&mut engine, SagaWait::Terminal);
-    let snapshot = engine.snapshot();
+    let snapshot = engine.snapshot(1000);
     let mut after = Vec::new();
     for commands in [
         engine.step(answer(0, OpKind::Action, done())),
@@ -470,4 +477,303 @@ fn a_checkpoint_holds_only_durable_state() {
         view.steps.iter().all(|s| s.status == StepStatus::Succeeded),
         "{view:?}"
     );
+}
+
+fn deadline_due(now_ms: u64) -> SagaEvent {
+    SagaEvent::DeadlineDue { id: id(), now_ms }
+}
+
+fn armed(commands: &[SagaCommand]) -> Vec<u64> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            SagaCommand::ArmDeadline { after_ms, .. } => Some(*after_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+fn logged(commands: &[SagaCommand]) -> Vec<LogRecord> {
+    records(commands).into_iter().map(LogRecord::Saga).collect()
+}
+
+/// Issue 25, item 5: the deadline is `timeout_ms` of the saga's elapsed time on the shell's
+/// clock that never steps, so a timer that fires early re-arms, and every record carries the
+/// elapsed time a restart resumes from.
+#[test]
+fn a_deadline_is_measured_on_the_sagas_elapsed_time() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let begun = submit(&mut engine, SagaWait::Terminal);
+    assert_eq!(armed(&begun), [10_000]);
+    let unknown = engine.step(answer(
+        0,
+        OpKind::Action,
+        SagaOpOutcome::Unknown {
+            error: "timeout".into(),
+        },
+    ));
+    assert!(
+        records(&unknown).iter().all(|r| r.elapsed_ms() == 1000),
+        "{unknown:?}"
+    );
+    // 9.999 s in: not yet. Nothing is logged, the rest is armed again.
+    let early = engine.step(deadline_due(10_999));
+    assert!(records(&early).is_empty(), "{early:?}");
+    assert_eq!(armed(&early), [1]);
+    let due = engine.step(deadline_due(11_000));
+    match &records(&due)[..] {
+        [SagaRecord::TimedOut(t)] => assert_eq!(t.elapsed_ms, 10_000),
+        other => panic!("{other:?}"),
+    }
+    // Once timed out, a late timer changes nothing.
+    assert!(engine.step(deadline_due(50_000)).is_empty());
+}
+
+/// Issue 25, item 5: after a restart the deadline is re-armed from the remaining time the
+/// log holds, whatever the wall clock did meanwhile (stepped back an hour, forward a day),
+/// and the downtime does not count.
+#[test]
+fn a_restart_rearms_the_deadline_from_the_logged_elapsed_time_never_the_wall_clock() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let mut log = logged(&submit(&mut engine, SagaWait::Terminal));
+    // 4 s in, the reservation's outcome is logged (then the charge is sent, and the crash).
+    log.extend(logged(&engine.step(answer_at(
+        0,
+        OpKind::Action,
+        done(),
+        5000,
+    ))));
+    // The same reading as the begin's, an hour later, a day later, a clock stepped far back.
+    for restart_at in [1000, 3_605_000, 86_405_000, 1] {
+        let mut replayed = SagaEngine::replay(CONFIG, Vec::new(), &log);
+        let resumed = replayed.step(SagaEvent::Recovered { now_ms: restart_at });
+        assert_eq!(
+            armed(&resumed),
+            [6000],
+            "restart at {restart_at}: {resumed:?}"
+        );
+        assert!(
+            records(&resumed)
+                .iter()
+                .all(|r| !matches!(r, SagaRecord::TimedOut(_)))
+        );
+        // 5.999 s of this run later: not yet; 6 s: due.
+        assert_eq!(armed(&replayed.step(deadline_due(restart_at + 5999))), [1]);
+        let due = replayed.step(deadline_due(restart_at + 6000));
+        assert!(
+            records(&due)
+                .iter()
+                .any(|r| matches!(r, SagaRecord::TimedOut(t) if t.elapsed_ms == 10_000)),
+            "{due:?}"
+        );
+    }
+    // A saga whose log says its time is up times out at the restart, at once.
+    let mut late = SagaEngine::new(CONFIG);
+    let mut log = logged(&submit(&mut late, SagaWait::Terminal));
+    log.extend(logged(&late.step(answer_at(
+        0,
+        OpKind::Action,
+        done(),
+        11_500,
+    ))));
+    let mut replayed = SagaEngine::replay(CONFIG, Vec::new(), &log);
+    let resumed = replayed.step(SagaEvent::Recovered { now_ms: 7 });
+    assert!(
+        records(&resumed)
+            .iter()
+            .any(|r| matches!(r, SagaRecord::TimedOut(_))),
+        "{resumed:?}"
+    );
+    assert!(armed(&resumed).is_empty());
+}
+
+/// Logs and checkpoints written before sagas logged their elapsed time still replay: such a
+/// saga gets its whole timeout again from the restart (later than the wall clock says, never
+/// earlier).
+#[test]
+fn a_log_and_a_checkpoint_from_before_elapsed_time_was_logged_give_the_whole_timeout_again() {
+    let begin = records(&submit(&mut SagaEngine::new(CONFIG), SagaWait::Terminal))
+        .into_iter()
+        .find(|r| matches!(r, SagaRecord::Begin(_)))
+        .map(LogRecord::Saga)
+        .unwrap();
+    let old_started = LogRecord::decode(
+        2,
+        crate::records::record_type::SAGA_STEP_STARTED,
+        br#"{"id":"order-7","step":0,"kind":"action","attempt":1}"#,
+    )
+    .unwrap();
+    let old_outcome = LogRecord::decode(
+        3,
+        crate::records::record_type::SAGA_STEP_OUTCOME,
+        br#"{"id":"order-7","step":0,"kind":"action","outcome":{"outcome":"done"}}"#,
+    )
+    .unwrap();
+    let mut replayed = SagaEngine::replay(CONFIG, Vec::new(), &[begin, old_started, old_outcome]);
+    let resumed = replayed.step(SagaEvent::Recovered { now_ms: 99_000 });
+    assert_eq!(armed(&resumed), [10_000], "{resumed:?}");
+    assert_eq!(
+        replayed.get(&id()).unwrap().view(99_000).steps[0].status,
+        StepStatus::Succeeded
+    );
+    // A checkpoint's saga without `elapsed_ms`.
+    let mut old_saga = serde_json::to_value(&replayed.snapshot(99_000)[0]).unwrap();
+    old_saga.as_object_mut().unwrap().remove("elapsed_ms");
+    let old_saga: crate::saga::engine::Saga = serde_json::from_value(old_saga).unwrap();
+    assert_eq!(old_saga.elapsed_ms, 0);
+    let mut restored = SagaEngine::replay(CONFIG, vec![old_saga], &[]);
+    let resumed = restored.step(SagaEvent::Recovered { now_ms: 5 });
+    assert_eq!(armed(&resumed), [10_000], "{resumed:?}");
+}
+
+/// reserve, charge, ship: every step can be undone.
+fn three_compensable() -> SagaRequest {
+    serde_json::from_value(
+        serde_json::json!({"id":"order-7","timeout_ms":10000,"steps":[
+        {"name":"reserve","participant":"inventory","action":{"r":1},"compensation":{"r":-1}},
+        {"name":"charge","participant":"payments","action":{"c":1},"compensation":{"c":-1}},
+        {"name":"ship","participant":"shipping","action":{"s":1},"compensation":{"s":-1}}]}),
+    )
+    .unwrap()
+}
+
+/// Issue 25, item 5: a step found `not_found` is fenced first; a fence that keeps failing
+/// shows as `compensation_failing`, is counted, is retried with backoff, and the other steps'
+/// compensations go ahead meanwhile (in reverse order of success). The saga is compensated
+/// only once the fence succeeded.
+#[test]
+fn a_failing_fence_is_compensation_failing_counted_and_holds_up_no_other_compensation() {
+    let mut engine = SagaEngine::new(CONFIG);
+    let mut log: Vec<LogRecord> = Vec::new();
+    let mut step = |engine: &mut SagaEngine, event: SagaEvent| {
+        let commands = engine.step(event);
+        log.extend(logged(&commands));
+        let mut all = commands.clone();
+        all.extend(durable(engine, &commands));
+        (all, log.clone())
+    };
+    step(
+        &mut engine,
+        SagaEvent::Submit {
+            waiter: 1,
+            wait: SagaWait::Terminal,
+            request: three_compensable(),
+            digest: Digest(3),
+            now_ms: 1000,
+            client: None,
+        },
+    );
+    step(&mut engine, answer(0, OpKind::Action, done()));
+    step(&mut engine, answer(1, OpKind::Action, done()));
+    let unknown = SagaOpOutcome::Unknown {
+        error: "timeout".into(),
+    };
+    step(&mut engine, answer(2, OpKind::Action, unknown.clone()));
+    step(&mut engine, deadline_due(11_000));
+    let (probe, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 11_100,
+        },
+    );
+    assert!(
+        matches!(probe[..], [SagaCommand::Probe { step: 2, .. }]),
+        "{probe:?}"
+    );
+    // Not found: fenced before anything else is compensated.
+    let (fence, _) = step(
+        &mut engine,
+        SagaEvent::ProbeAnswered {
+            id: id(),
+            step: 2,
+            answer: ProbeAnswer::NotFound,
+            now_ms: 11_200,
+            jitter: 0,
+        },
+    );
+    assert_eq!(sends(&fence), [(2, OpKind::Compensation)]);
+    let refused = SagaOpOutcome::Failed {
+        reason: "refused".into(),
+    };
+    let (failed, log_now) = step(&mut engine, answer(2, OpKind::Compensation, refused));
+    assert!(
+        failed
+            .iter()
+            .any(|c| matches!(c, SagaCommand::ArmRetry { .. })),
+        "retried with backoff: {failed:?}"
+    );
+    assert!(sends(&failed).is_empty());
+    let view = engine.get(&id()).unwrap().view(11_300);
+    assert_eq!(view.state, SagaState::Compensating);
+    assert_eq!(view.steps[2].status, StepStatus::CompensationFailing);
+    assert_eq!(view.steps[2].last_error.as_deref(), Some("refused"));
+    assert_eq!(engine.compensations_failing(), 1);
+    // A restart reads the same from the log.
+    let replayed = SagaEngine::replay(CONFIG, Vec::new(), &log_now);
+    assert_eq!(
+        replayed.get(&id()).unwrap().view(0).steps[2].status,
+        StepStatus::CompensationFailing
+    );
+    assert_eq!(replayed.compensations_failing(), 1);
+    // The others are not held up: charge, then reserve, while the fence waits its turn.
+    let (next, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 11_400,
+        },
+    );
+    assert_eq!(sends(&next), [(1, OpKind::Compensation)]);
+    let (next, _) = step(&mut engine, answer(1, OpKind::Compensation, done()));
+    assert_eq!(sends(&next), [(0, OpKind::Compensation)]);
+    let (next, _) = step(&mut engine, answer(0, OpKind::Compensation, done()));
+    // Then the fence again (attempt 2), and the saga is not compensated while it fails.
+    assert!(
+        next.iter().any(|c| matches!(
+            c,
+            SagaCommand::Send {
+                step: 2,
+                kind: OpKind::Compensation,
+                attempt: 2,
+                ..
+            }
+        )),
+        "{next:?}"
+    );
+    assert!(replies(&next).is_empty());
+    let (failed, _) = step(&mut engine, answer(2, OpKind::Compensation, unknown));
+    assert!(replies(&failed).is_empty());
+    let view = engine.get(&id()).unwrap().view(12_000);
+    assert_eq!(view.state, SagaState::Compensating);
+    assert_eq!(
+        view.steps.iter().map(|s| s.status).collect::<Vec<_>>(),
+        [
+            StepStatus::Compensated,
+            StepStatus::Compensated,
+            StepStatus::CompensationFailing
+        ]
+    );
+    assert_eq!(engine.compensations_failing(), 1);
+    let (retry, _) = step(
+        &mut engine,
+        SagaEvent::RetryDue {
+            id: id(),
+            now_ms: 12_100,
+        },
+    );
+    assert_eq!(sends(&retry), [(2, OpKind::Compensation)]);
+    let (end, _) = step(&mut engine, answer(2, OpKind::Compensation, done()));
+    match &replies(&end)[..] {
+        [SagaReply::Saga(view)] => {
+            assert_eq!(view.state, SagaState::Compensated);
+            assert_eq!(
+                view.steps[2].status,
+                StepStatus::Failed,
+                "fenced: never applied"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(engine.compensations_failing(), 0);
 }

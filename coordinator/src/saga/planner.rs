@@ -9,6 +9,9 @@
 //!   later attempt of the same op can only repeat the first answer);
 //! - unknown is a state: an unknown outcome is reconciled (asked under its original op id)
 //!   before anything that depends on it, never guessed as failed;
+//! - a step found `not_found` going backward is fenced (its compensation sent) before any
+//!   ordinary compensation; a fence that fails is retried, but it never holds up the ordinary
+//!   compensations of the other steps, and the saga is compensated only once it succeeded;
 //! - once a step without compensation (a pivot) succeeded, the saga only goes forward: a failure
 //!   after it needs a human and nothing is compensated silently; a timeout no longer applies.
 //!
@@ -75,9 +78,17 @@ pub enum Fact {
     },
     CompensationFailing {
         order: u32,
+        /// Failed compensation attempts so far (0 in checkpoints written before it was kept).
+        #[serde(default)]
+        failures: u32,
     },
     Compensated {
         order: u32,
+    },
+    /// Found `not_found`, and its fence (the compensation sent to make the participant refuse
+    /// a late action) failed `failures` times: retried, shown as `compensation_failing`.
+    FenceFailing {
+        failures: u32,
     },
 }
 
@@ -85,10 +96,33 @@ impl Fact {
     fn success_order(self) -> Option<u32> {
         match self {
             Fact::Succeeded { order }
-            | Fact::CompensationFailing { order }
+            | Fact::CompensationFailing { order, .. }
             | Fact::Compensated { order } => Some(order),
-            Fact::NotRun | Fact::Unknown | Fact::Failed | Fact::NotFound | Fact::NotApplied => None,
+            Fact::NotRun
+            | Fact::Unknown
+            | Fact::Failed
+            | Fact::NotFound
+            | Fact::NotApplied
+            | Fact::FenceFailing { .. } => None,
         }
+    }
+
+    /// How often this step's compensation (or fence) failed so far.
+    fn compensation_failures(self) -> u32 {
+        match self {
+            Fact::CompensationFailing { failures, .. } | Fact::FenceFailing { failures } => {
+                failures
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether its compensation keeps failing (the `compensation_failing` status and gauge).
+    pub fn is_compensation_failing(self) -> bool {
+        matches!(
+            self,
+            Fact::CompensationFailing { .. } | Fact::FenceFailing { .. }
+        )
     }
 }
 
@@ -113,17 +147,32 @@ pub fn apply(fact: Fact, event: LogEvent, next_order: &mut u32) -> Fact {
         }
         (
             LogEvent::Compensated,
-            Fact::Succeeded { order } | Fact::CompensationFailing { order },
+            Fact::Succeeded { order } | Fact::CompensationFailing { order, .. },
         ) => Fact::Compensated { order },
         // A compensation that found nothing to undo fences the action: never applied.
         (
             LogEvent::Compensated,
-            Fact::Unknown | Fact::NotFound | Fact::NotApplied | Fact::NotRun,
+            Fact::Unknown
+            | Fact::NotFound
+            | Fact::FenceFailing { .. }
+            | Fact::NotApplied
+            | Fact::NotRun,
         ) => Fact::NotApplied,
         (LogEvent::CompensationFailed, Fact::Succeeded { order }) => {
-            Fact::CompensationFailing { order }
+            Fact::CompensationFailing { order, failures: 1 }
+        }
+        (LogEvent::CompensationFailed, Fact::CompensationFailing { order, failures }) => {
+            Fact::CompensationFailing {
+                order,
+                failures: failures.saturating_add(1),
+            }
         }
         (_, Fact::Succeeded { .. } | Fact::CompensationFailing { .. }) => fact,
+        // The fence of a step found `not_found` failed (or its answer was lost).
+        (LogEvent::CompensationFailed, Fact::NotFound) => Fact::FenceFailing { failures: 1 },
+        (LogEvent::CompensationFailed, Fact::FenceFailing { failures }) => Fact::FenceFailing {
+            failures: failures.saturating_add(1),
+        },
         (LogEvent::Failed, _) => Fact::Failed,
         (LogEvent::Started | LogEvent::Unknown, _) => Fact::Unknown,
         (LogEvent::NotFound, Fact::Unknown) => Fact::NotFound,
@@ -173,7 +222,9 @@ pub enum Decision {
     /// Ask about `reconcile[0]` under its original op id before anything else.
     ReconcileFirst,
     /// Send the compensation of `fence[0]` (found `not_found`): it undoes nothing if the
-    /// action never arrived, and makes the participant refuse it if it arrives late.
+    /// action never arrived, and makes the participant refuse it if it arrives late. A fence
+    /// never tried goes before every ordinary compensation; a fence that failed is tried
+    /// again between them (see [`plan`]).
     Fence,
     /// Compensate `compensate[0]` (then the rest, in order).
     Compensate,
@@ -291,6 +342,10 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
             Fact::NotRun => "it never ran",
             Fact::NotApplied => "it was proven never applied",
             Fact::NotFound => "not found at the participant: fenced, nothing undone",
+            Fact::FenceFailing { .. } => {
+                "not found at the participant: its fence keeps failing and is retried, nothing \
+                 undone"
+            }
             Fact::Unknown => "its outcome is unknown: reconcile first",
             Fact::Compensated { .. } => "already compensated",
             Fact::Succeeded { .. } | Fact::CompensationFailing { .. } => continue,
@@ -304,21 +359,41 @@ pub fn plan(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> Plan {
     plan.reconcile_index = unknown;
     // Unknown steps are reconciled first, latest first: compensation order depends on them.
     plan.reconcile_index.reverse();
-    plan.fence_index = (0..steps.len())
+    // Fences never tried first (latest step first), then the failing ones, fewest failures
+    // first: each is tried in turn.
+    let mut fences: Vec<usize> = (0..steps.len())
         .rev()
-        .filter(|&i| facts[i] == Fact::NotFound)
+        .filter(|&i| matches!(facts[i], Fact::NotFound | Fact::FenceFailing { .. }))
         .collect();
+    fences.sort_by_key(|&i| facts[i].compensation_failures());
+    plan.fence_index = fences;
     plan.decision = if !plan.reconcile_index.is_empty() {
         Decision::ReconcileFirst
-    } else if !plan.fence_index.is_empty() {
-        Decision::Fence
-    } else if plan.compensate_index.is_empty() {
-        Decision::Compensated
     } else {
-        Decision::Compensate
+        backward_turn(facts, &plan.fence_index, &plan.compensate_index)
     };
     plan.reason = why;
     fill_names(plan, steps)
+}
+
+/// Whose turn it is going backward, once nothing is unknown: a fence never tried goes first
+/// (it must reach the participant before a late action does); then the ordinary compensations
+/// in order, unless a fence that failed has failed no more often than the compensation at
+/// their head, so that neither a failing fence holds up the other steps' compensations nor a
+/// failing compensation stops a fence from being retried.
+fn backward_turn(facts: &[Fact], fences: &[usize], to_undo: &[usize]) -> Decision {
+    let fence = fences.first().map(|&i| facts[i]);
+    match (fence, to_undo.first().map(|&i| facts[i])) {
+        (Some(Fact::NotFound), _) => Decision::Fence,
+        (Some(fence), Some(head))
+            if fence.compensation_failures() < head.compensation_failures() =>
+        {
+            Decision::Fence
+        }
+        (_, Some(_)) => Decision::Compensate,
+        (Some(_), None) => Decision::Fence,
+        (None, None) => Decision::Compensated,
+    }
 }
 
 fn fill_names(mut plan: Plan, steps: &[PlanStep]) -> Plan {
@@ -339,7 +414,10 @@ pub fn is_backward(steps: &[PlanStep], facts: &[Fact], timed_out: bool) -> bool 
     let backward_started = facts.iter().any(|f| {
         matches!(
             f,
-            Fact::Compensated { .. } | Fact::CompensationFailing { .. } | Fact::NotApplied
+            Fact::Compensated { .. }
+                | Fact::CompensationFailing { .. }
+                | Fact::FenceFailing { .. }
+                | Fact::NotApplied
         )
     });
     failed || backward_started || (timed_out && !pivot)
@@ -628,6 +706,83 @@ mod tests {
                 Compensate,
                 &["a"],
             ),
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a fence never tried goes before every compensation",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout",
+                    Fence,
+                    &["b", "a"],
+                )
+            },
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a failing fence does not hold up the others",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout c:undofail",
+                    Compensate,
+                    &["b", "a"],
+                )
+            },
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a failing fence does not hold up the others, halfway",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout c:undofail c:undofail b:undone",
+                    Compensate,
+                    &["a"],
+                )
+            },
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a failing fence is retried once the others are done",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout c:undofail b:undone a:undone",
+                    Fence,
+                    &[],
+                )
+            },
+            row(
+                "compensated only once the failing fence took",
+                "a b c",
+                "a:ok b:ok c:unknown c:notfound timeout c:undofail b:undone a:undone c:undone",
+                Compensated,
+                &[],
+            ),
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a failing fence and a failing compensation take turns: compensation",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout c:undofail b:undofail",
+                    Compensate,
+                    &["b", "a"],
+                )
+            },
+            Row {
+                fence: &["c"],
+                ..row(
+                    "a failing fence and a failing compensation take turns: fence",
+                    "a b c",
+                    "a:ok b:ok c:unknown c:notfound timeout c:undofail b:undofail b:undofail",
+                    Fence,
+                    &["b", "a"],
+                )
+            },
+            Row {
+                fence: &["b", "c"],
+                ..row(
+                    "an untried fence before a failing one",
+                    "a b c",
+                    "a:ok b:unknown b:notfound c:unknown c:notfound timeout c:undofail",
+                    Fence,
+                    &["a"],
+                )
+            },
         ];
         for r in rows {
             let plan = plan_input(&PlanInput {
@@ -660,6 +815,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Issue 25, item 5: a fence that keeps failing is `compensation_failing` (counted with
+    /// the others), says why it is not compensated, and ends only in `not_applied`.
+    #[test]
+    fn a_failing_fence_is_compensation_failing_and_counted() {
+        let spec = steps("a b c");
+        let folded = fold(
+            &spec,
+            &log("a:ok b:ok c:unknown c:notfound timeout c:undofail c:undofail"),
+        );
+        assert_eq!(folded.facts[2], Fact::FenceFailing { failures: 2 });
+        assert!(folded.facts[2].is_compensation_failing());
+        assert!(is_backward(&spec, &folded.facts, false));
+        let plan = plan(&spec, &folded.facts, folded.timed_out);
+        assert!(
+            plan.not_compensated
+                .iter()
+                .any(|h| h.step == "c" && h.reason.contains("fence keeps failing")),
+            "{plan:?}"
+        );
+        let fenced = fold(
+            &spec,
+            &log("a:ok b:ok c:unknown c:notfound timeout c:undofail c:undone"),
+        );
+        assert_eq!(fenced.facts[2], Fact::NotApplied);
+        // An ordinary compensation counts its failures too.
+        let failing = fold(&spec, &log("a:ok b:ok c:fail b:undofail b:undofail"));
+        assert_eq!(
+            failing.facts[1],
+            Fact::CompensationFailing {
+                order: 2,
+                failures: 2
+            }
+        );
+    }
+
+    #[test]
+    fn a_checkpointed_fact_from_before_failures_were_counted_still_reads() {
+        let old: Fact =
+            serde_json::from_str(r#"{"fact":"compensation_failing","order":3}"#).unwrap();
+        assert_eq!(
+            old,
+            Fact::CompensationFailing {
+                order: 3,
+                failures: 0
+            }
+        );
     }
 
     #[test]
