@@ -1,6 +1,7 @@
 //! `twopc demo --fencing` end to end: the real command starts its cluster and two worker
 //! processes, plays the paused-holder story, and must exit 0 with a summary that shows the
-//! stale write refused and B's value stored. Speed is never asserted.
+//! stale write refused, a forged token (2^64-1, no proof) refused `invalid_fence_proof`, and
+//! B's value stored. Speed is never asserted.
 
 use std::process::Command;
 
@@ -25,10 +26,11 @@ fn demo_fencing_shows_the_paused_holder_refused_and_exits_zero() {
         "A 1, B 2",
         "refused: 409 stale_token, highest 2",
         "\"worker-b-0\" (version 2)",
+        "refused: 409 \"invalid_fence_proof\"",
         "the stale owner lost",
     ] {
         assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
     }
-    assert_eq!(stdout.matches("[ok  ]").count(), 6, "{stdout}");
+    assert_eq!(stdout.matches("[ok  ]").count(), 7, "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }

@@ -48,13 +48,17 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
         "twopc demo --fencing: a lease holder paused past its TTL, and the fence that stops it"
     );
     println!("  starting a coordinator (the lease service) and a KV participant (the resource)");
+    // The lease service signs every grant and the resource checks the proofs
+    // (docs/leases.md): nobody can write with a token the service did not grant.
+    let key = fence_key(&dir)?;
+    let key_flags = vec!["--fence-key-file".to_string(), key.display().to_string()];
     let spec = ClusterSpec {
         binary: binary.clone(),
         data_dir: dir.clone(),
         participants: vec!["kv".to_string()],
         seeds: Vec::new(),
-        coordinator_flags: Vec::new(),
-        participant_flags: Vec::new(),
+        coordinator_flags: key_flags.clone(),
+        participant_flags: key_flags,
         env: Vec::new(),
         postgres_args: Vec::new(),
     };
@@ -97,6 +101,28 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
         }
     );
     Ok(all_ok)
+}
+
+/// The fence key of the demo's data directory, made on its first run (0600; kept across runs
+/// so the participant's fences stay checkable).
+fn fence_key(dir: &Path) -> Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("fence.key");
+    if !path.exists() {
+        let secret: String = (0..64)
+            .map(|_| char::from(b"0123456789abcdef"[fastrand::usize(0..16)]))
+            .collect();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        writeln!(file, "{secret}").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(path)
 }
 
 struct Urls {
@@ -269,6 +295,12 @@ async fn story(urls: &Urls) -> Result<Vec<Check>> {
     b.expect("released").await?;
     let b_exit = b.exit_code().await?;
 
+    // A stays stopped past its whole TTL even when B was quick: the lease expired counting
+    // from A's renewal, which came before the stop.
+    let hold = Duration::from_millis(A_TTL_MS + 100);
+    if let Some(left) = hold.checked_sub(stopped.elapsed()) {
+        tokio::time::sleep(left).await;
+    }
     let paused = stopped.elapsed();
     a.signal("-CONT").await?;
     row(
@@ -287,7 +319,24 @@ async fn story(urls: &Urls) -> Result<Vec<Check>> {
     );
     let a_exit = a.exit_code().await?;
 
-    let stored = crate::client::build(&urls.client, Duration::from_secs(10))?
+    let client = crate::client::build(&urls.client, Duration::from_secs(10))?;
+    let forged = client
+        .put(format!("{}/v1/kv/{KEY}", urls.participant))
+        .json(&serde_json::json!({
+            "value": "forged",
+            "fence": {"resource": LEASE, "token": u64::MAX, "holder": "mallory"},
+            "op_id": format!("forged-{}", std::process::id()),
+        }))
+        .send()
+        .await
+        .context("sending the forged write")?;
+    let forged_status = forged.status().as_u16();
+    let forged_body: Value = forged.json().await.unwrap_or(Value::Null);
+    row(
+        "a forged write with token 2^64-1, no proof",
+        format!("refused: {forged_status} {}", forged_body["error"]),
+    );
+    let stored = client
         .get(format!("{}/v1/kv/{KEY}", urls.participant))
         .send()
         .await
@@ -325,6 +374,11 @@ async fn story(urls: &Urls) -> Result<Vec<Check>> {
             name: "B finished cleanly",
             ok: b_exit == Some(0),
             detail: format!("B exited {b_exit:?}"),
+        },
+        Check {
+            name: "a token the lease service never granted was refused invalid_fence_proof",
+            ok: forged_status == 409 && forged_body["error"] == "invalid_fence_proof",
+            detail: format!("{forged_status} {forged_body}"),
         },
         Check {
             name: "the stored value is B's",
