@@ -195,12 +195,19 @@ async fn serve_connection<T>(
         let Some(deadline) = activity.deadline(limits) else {
             return Poll::Pending;
         };
-        if timer.deadline() != deadline {
+        // The timer may ring early, never late. Every request moves the deadline later (the
+        // head's start, then the idle start); following each move would take the runtime's
+        // timer lock twice per request. A later deadline waits until the timer rings and is
+        // set then; only an earlier one resets it at once.
+        if timer.deadline() > deadline {
             timer.as_mut().reset(deadline);
         }
-        if timer.as_mut().poll(cx).is_ready() {
-            tracing::debug!(%peer, "closing a connection quiet past its deadline");
-            return Poll::Ready(());
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= deadline {
+                tracing::debug!(%peer, "closing a connection quiet past its deadline");
+                return Poll::Ready(());
+            }
+            timer.as_mut().reset(deadline);
         }
         Poll::Pending
     })
