@@ -15,7 +15,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
@@ -31,8 +31,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
+use tower::util::Oneshot;
 
-use crate::quiet_time::{Activity, Watched};
+use crate::quiet_time::{Activity, InFlight, Watched};
 use crate::serve_limits::ServeLimits;
 use crate::tls_listener::handshake;
 
@@ -195,12 +196,19 @@ async fn serve_connection<T>(
         let Some(deadline) = activity.deadline(limits) else {
             return Poll::Pending;
         };
-        if timer.deadline() != deadline {
+        // The timer may ring early, never late. Every request moves the deadline later (the
+        // head's start, then the idle start); following each move would take the runtime's
+        // timer lock twice per request. A later deadline waits until the timer rings and is
+        // set then; only an earlier one resets it at once.
+        if timer.deadline() > deadline {
             timer.as_mut().reset(deadline);
         }
-        if timer.as_mut().poll(cx).is_ready() {
-            tracing::debug!(%peer, "closing a connection quiet past its deadline");
-            return Poll::Ready(());
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= deadline {
+                tracing::debug!(%peer, "closing a connection quiet past its deadline");
+                return Poll::Ready(());
+            }
+            timer.as_mut().reset(deadline);
         }
         Poll::Pending
     })
@@ -219,16 +227,32 @@ struct Tracked {
 impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
     type Response = Response;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = Answer;
 
     fn call(&self, mut request: hyper::Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(ConnectInfo(self.peer));
         let in_flight = self.activity.begin();
-        let answer = self.router.clone().oneshot(request);
-        Box::pin(async move {
-            let answer = answer.await;
-            drop(in_flight);
-            answer
-        })
+        Answer {
+            answer: self.router.clone().oneshot(request),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+/// The router's answer to one request, which counts as in flight until the answer is ready
+/// (or the connection drops it). A plain future rather than a boxed `async` block: no
+/// allocation per request.
+struct Answer {
+    answer: Oneshot<Router, hyper::Request<Incoming>>,
+    in_flight: Option<InFlight>,
+}
+
+impl Future for Answer {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let answer = ready!(Pin::new(&mut self.answer).poll(cx));
+        self.in_flight = None;
+        Poll::Ready(answer)
     }
 }

@@ -193,6 +193,31 @@ async fn an_idle_connection_is_closed_after_the_idle_bound_tls() {
     an_idle_connection_is_closed_after_the_idle_bound_not_the_header_bound(true).await;
 }
 
+async fn a_later_head_that_stops_is_cut_off_after_the_header_bound(tls: bool) {
+    // The idle bound is far past GENEROUS: only the header bound can close this in time.
+    let server = Server::start(tls, limits(200, 600_000, 16)).await;
+    let mut kept = server.connect().await;
+    assert!(ask(&mut kept, "/ok").await);
+    // Idle past a header bound first, so the connection's deadline is the idle one when the
+    // head starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kept.write_all(PARTIAL_HEAD).await.unwrap();
+    assert!(
+        closed_within(&mut kept, GENEROUS).await,
+        "a second head that stops half way is cut off, not left to the idle bound"
+    );
+}
+
+#[tokio::test]
+async fn a_later_head_that_stops_is_cut_off_after_the_header_bound_http() {
+    a_later_head_that_stops_is_cut_off_after_the_header_bound(false).await;
+}
+
+#[tokio::test]
+async fn a_later_head_that_stops_is_cut_off_after_the_header_bound_tls() {
+    a_later_head_that_stops_is_cut_off_after_the_header_bound(true).await;
+}
+
 async fn at_the_cap_a_newcomer_waits_until_a_place_frees(tls: bool) {
     let server = Arc::new(Server::start(tls, limits(10_000, 60_000, 2)).await);
     let mut held = Vec::new();

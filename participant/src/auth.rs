@@ -1,6 +1,6 @@
 //! Who may call which participant route (docs/participants.md, "Authentication"): the class
-//! of every route, the middleware that checks tokens against the key ring, and the SIGHUP
-//! reload of the token files. The checking itself is `protocol::auth`. This module must never
+//! of every route, the middleware every route goes through (the cross-site rules, then the
+//! token against the key ring), and the SIGHUP reload of the token files. The checking itself is `protocol::auth`. This module must never
 //! log a token.
 
 use axum::Router;
@@ -12,6 +12,7 @@ use protocol::auth::{Access, Denied, KeyRing, REALM, TokenFiles};
 use protocol::{ErrorCode, routes};
 use tracing::Instrument;
 
+use crate::cross_site::Served;
 use crate::http::ApiError;
 
 /// Every (method, path) the reference participant (`twopc participant`) serves.
@@ -49,24 +50,28 @@ pub fn access(path: &str) -> Option<Access> {
     })
 }
 
-/// Checks every route of `router` (those added so far) against `keys`, and first against the
-/// cross-site rules (`crate::cross_site`); `loopback_listen`: the listener is a loopback
+/// Checks every route of `router` (those added so far) against the cross-site rules
+/// (`crate::cross_site`), then against `keys`; `loopback_listen`: the listener is a loopback
 /// address.
 pub fn protect(router: Router, keys: KeyRing, loopback_listen: bool) -> Router {
-    let served = crate::cross_site::Served {
-        keys: keys.clone(),
+    let served = Served {
+        keys,
         loopback_listen,
     };
-    router
-        .route_layer(axum::middleware::from_fn_with_state(keys, check))
-        // Outermost: a cross-site request is refused whoever's token it carries.
-        .route_layer(axum::middleware::from_fn_with_state(
-            served,
-            crate::cross_site::check,
-        ))
+    router.route_layer(axum::middleware::from_fn_with_state(served, guard))
 }
 
-async fn check(State(keys): State<KeyRing>, mut request: Request, next: Next) -> Response {
+/// Every route's gate. A cross-site request is refused whoever's token it carries. One
+/// middleware for both checks, not one each: every axum middleware layer costs boxed services
+/// and futures on every request.
+async fn guard(State(served): State<Served>, request: Request, next: Next) -> Response {
+    match crate::cross_site::check(&served, &request) {
+        Ok(()) => check(&served.keys, request, next).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn check(keys: &KeyRing, mut request: Request, next: Next) -> Response {
     let path = request
         .extensions()
         .get::<MatchedPath>()

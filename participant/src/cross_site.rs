@@ -1,13 +1,11 @@
-//! The middleware that applies `protocol::cross_site` (docs/security.md, "Browsers") to every
-//! participant route before its token is checked: a page on another site cannot make a
-//! browser prepare, commit or write here, and a loopback participant without tokens answers
-//! only loopback `Host` names (DNS rebinding).
+//! `protocol::cross_site` (docs/security.md, "Browsers") applied to a participant request,
+//! which every route's guard (`crate::auth::protect`) does before the token is checked: a
+//! page on another site cannot make a browser prepare, commit or write here, and a loopback
+//! participant without tokens answers only loopback `Host` names (DNS rebinding).
 
 use axum::body::HttpBody;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use protocol::auth::KeyRing;
 use protocol::cross_site::{self, RequestFacts};
 
@@ -20,14 +18,11 @@ pub struct Served {
     pub loopback_listen: bool,
 }
 
-/// Runs the handler, or answers 403 `forbidden_host` / `forbidden_origin` or 415.
-pub async fn check(State(served): State<Served>, request: Request, next: Next) -> Response {
+/// `Ok` to go on, or the 403 `forbidden_host` / `forbidden_origin` or 415 answer.
+pub fn check(served: &Served, request: &Request) -> Result<(), ApiError> {
     let loopback_only = served.loopback_listen && !served.keys.current().enabled();
-    let verdict = cross_site::check(&facts_of(&request), loopback_only);
-    match verdict {
-        Ok(()) => next.run(request).await,
-        Err(body) => ApiError::new(body.error, body.message).into_response(),
-    }
+    cross_site::check(&facts_of(request), loopback_only)
+        .map_err(|body| ApiError::new(body.error, body.message))
 }
 
 /// What the rules look at, borrowed from `request`.

@@ -1,9 +1,9 @@
 //! Who may call which route (docs/api.md, "Authentication"): the class of every route, and
-//! the middleware that checks the caller's token against the key ring before the handler
-//! runs. The checking itself is `protocol::auth`; this module only maps routes to classes and
+//! the check of the caller's token against the key ring that every route's guard
+//! (`api::guard`) makes before the handler runs. The checking itself is `protocol::auth`; this module only maps routes to classes and
 //! turns a refusal into 401/403. It must never log a token.
 
-use axum::extract::{Extension, MatchedPath, Request, State};
+use axum::extract::{Extension, MatchedPath, Request};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -42,7 +42,7 @@ pub fn access(path: &str) -> Option<Access> {
 
 /// Checks the token, puts the [`Caller`] in the request's extensions, and runs the handler;
 /// or answers 401 `unauthorized` (with `WWW-Authenticate`) or 403 `forbidden`.
-pub async fn check(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+pub async fn check(state: &AppState, mut request: Request, next: Next) -> Response {
     let path = request
         .extensions()
         .get::<MatchedPath>()

@@ -1,27 +1,23 @@
-//! The middleware that applies `protocol::cross_site` (docs/security.md, "Browsers") to every
-//! route before its token is checked: a page on another site cannot make a browser change
-//! anything here, and a loopback server without tokens answers only loopback `Host` names.
-//! It refuses before the handler runs, so nothing refused is audited or logged as done.
+//! `protocol::cross_site` (docs/security.md, "Browsers") applied to a request, which every
+//! route's guard (`api::guard`) does before the token is checked: a page on another site
+//! cannot make a browser change anything here, and a loopback server without tokens answers
+//! only loopback `Host` names. It refuses before the handler runs, so nothing refused is
+//! audited or logged as done.
 
 use axum::body::HttpBody;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use protocol::cross_site::{self, RequestFacts};
 
 use crate::api::{ApiError, AppState};
 
-/// Runs the handler, or answers 403 `forbidden_host` / `forbidden_origin` or 415.
-pub async fn check(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// `Ok` to go on, or the 403 `forbidden_host` / `forbidden_origin` or 415 answer.
+pub fn check(state: &AppState, request: &Request) -> Result<(), ApiError> {
     // With no tokens there is nothing to reload (no token files), so this stays as started.
     let loopback_only = state.loopback_listen() && !state.keys().current().enabled();
-    let verdict = cross_site::check(&facts_of(&request), loopback_only);
-    match verdict {
-        Ok(()) => next.run(request).await,
-        Err(body) => ApiError::new(body.error, body.message).into_response(),
-    }
+    cross_site::check(&facts_of(request), loopback_only)
+        .map_err(|body| ApiError::new(body.error, body.message))
 }
 
 /// What the rules look at, borrowed from `request`.

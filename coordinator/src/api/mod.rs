@@ -35,8 +35,9 @@ mod tests_sagas;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
@@ -176,19 +177,21 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::release),
         )
         .route(routes::LEASE_RENEW, post(leases::renew))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::check,
-        ))
-        // Outside the token check: a cross-site request is refused whoever's token it carries.
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            cross_site::check,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(state)
+}
+
+/// Every route's gate: the cross-site rules, then the caller's token. A cross-site request is
+/// refused whoever's token it carries. One middleware for both, not one each: every axum
+/// middleware layer costs boxed services and futures on every request.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match cross_site::check(&state, &request) {
+        Ok(()) => auth::check(&state, request, next).await,
+        Err(refusal) => refusal.into_response(),
+    }
 }
 
 async fn unknown_route() -> ApiError {
