@@ -192,7 +192,12 @@ async fn with_authentication_on_unauthenticated_queries_are_refused_and_change_n
             0 => format!("/v1/transactions/nobody-{i}/decision"),
             1 => decision_uri(
                 &format!("nobody-{i}"),
-                &gtid.replace(":1", &format!(":{}", i + 10)),
+                // Another position of the same run: only the last part changes (a plain
+                // replace of ":1" also hit an incarnation that starts with 1).
+                &match gtid.rsplit_once(':') {
+                    Some((run, _)) => format!("{run}:{}", i + 10),
+                    None => gtid.clone(),
+                },
                 epoch,
             ),
             _ => decision_uri("kept", &gtid, u64::MAX - i),
