@@ -1,67 +1,16 @@
-//! Counters and histograms for `/metrics`, written out in the Prometheus text format by hand.
+//! What the coordinator counts, and its `/metrics` families: each one's exported name, type,
+//! labels and help, written by `net::exposition` (the Prometheus text format; docs/operations.md,
+//! "The metrics text"). docs/alerts.yml and dashboards query these names: a rename breaks them.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+use protocol::saga::SagaState;
+
+use net::exposition::Exposition;
+pub use net::exposition::Histogram;
 
 use crate::engine::view::Gauges;
-
-/// Bucket upper bounds in seconds, for both latency histograms.
-const BUCKETS_S: [f64; 13] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
-/// A latency histogram with fixed buckets.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS_S.len()],
-    count: AtomicU64,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Mean of the observations in milliseconds (0 when empty).
-    pub fn mean_ms(&self) -> f64 {
-        let count = self.count();
-        if count == 0 {
-            return 0.0;
-        }
-        self.sum_us.load(Ordering::Relaxed) as f64 / 1000.0 / count as f64
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
-    }
-}
 
 /// Everything the coordinator counts.
 #[derive(Debug, Default)]
@@ -137,350 +86,300 @@ pub struct Sampled {
     pub now_ms: u64,
 }
 
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-    );
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-    );
+/// The saga table's numbers at the scrape (`runtime::sagas`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SagaNumbers {
+    /// Sagas by state, every state included.
+    pub by_state: BTreeMap<SagaState, u64>,
+    pub compensations_failing: u64,
+    pub resolved_by_hand: u64,
+    pub step_retries: u64,
+    pub op_id_conflicts: u64,
 }
 
 impl Metrics {
-    /// The Prometheus text, with the per-participant loads (every configured participant,
-    /// zero included, so a dashboard sees the series before the first outage).
-    pub fn render_with(&self, sampled: Sampled, loads: &[ParticipantLoad]) -> String {
-        let mut out = self.render(sampled);
-        for (name, help, value) in [
-            (
-                "twopc_coordinator_participant_live",
-                "Transactions in phase one (or deciding) on this participant; admission control \
-                 refuses new ones past --max-live-per-participant.",
-                (|l: &ParticipantLoad| l.live) as fn(&ParticipantLoad) -> u64,
-            ),
-            (
-                "twopc_coordinator_participant_pending_acks",
-                "Durable decisions this participant has not acknowledged; admission control \
-                 refuses new transactions on it past --max-pending-acks-per-participant.",
-                |l: &ParticipantLoad| l.pending_acks,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for load in loads {
-                let _ = writeln!(
-                    out,
-                    "{name}{{participant=\"{}\"}} {}",
-                    load.name,
-                    value(load)
-                );
-            }
+    /// The `/metrics` text: this coordinator's counters and histograms, what `sampled` read,
+    /// every configured participant's load (zero included, so a dashboard sees the series
+    /// before the first outage), and the saga table's numbers (none before recovery ends).
+    pub fn render(
+        &self,
+        sampled: Sampled,
+        loads: &[ParticipantLoad],
+        sagas: Option<&SagaNumbers>,
+    ) -> String {
+        let mut out = Exposition::default();
+        self.transactions(&mut out, sampled);
+        self.deliveries_and_answers(&mut out);
+        self.log_and_recovery(&mut out, sampled);
+        self.retention(&mut out, sampled);
+        participant_loads(&mut out, loads);
+        if let Some(sagas) = sagas {
+            saga_numbers(&mut out, sagas);
         }
-        out
+        out.text()
     }
 
-    pub fn render(&self, sampled: Sampled) -> String {
-        let mut out = String::new();
-        let name = "twopc_coordinator_transactions_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Transactions whose decision became durable, by outcome.\n# TYPE {name} counter"
+    fn transactions(&self, out: &mut Exposition, sampled: Sampled) {
+        out.counters_by(
+            "twopc_coordinator_transactions_total",
+            "Transactions whose decision became durable, by outcome",
+            "outcome",
+            [
+                ("committed", load(&self.committed)),
+                ("aborted", load(&self.aborted)),
+            ],
         );
-        for (outcome, value) in [("committed", &self.committed), ("aborted", &self.aborted)] {
-            let _ = writeln!(
-                out,
-                "{name}{{outcome=\"{outcome}\"}} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        let name = "twopc_coordinator_lease_answers_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Lease requests answered, by result (granted includes renewals).\n# TYPE {name} counter"
-        );
-        for (result, value) in [
-            ("granted", &self.lease_grants),
-            ("refused", &self.lease_refusals),
-            ("released", &self.lease_releases),
-        ] {
-            let _ = writeln!(
-                out,
-                "{name}{{result=\"{result}\"}} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        let name = "twopc_coordinator_transactions";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Transactions known now, by state (retained = ended, staged in memory until the outcome index holds it).\n# TYPE {name} gauge"
+        out.counters_by(
+            "twopc_coordinator_lease_answers_total",
+            "Lease requests answered, by result (granted includes renewals)",
+            "result",
+            [
+                ("granted", load(&self.lease_grants)),
+                ("refused", load(&self.lease_refusals)),
+                ("released", load(&self.lease_releases)),
+            ],
         );
         let g = sampled.gauges;
-        for (state, value) in [
-            ("preparing", g.preparing),
-            ("committing", g.committing),
-            ("aborting", g.aborting),
-            ("retained", g.retained),
-        ] {
-            let _ = writeln!(out, "{name}{{state=\"{state}\"}} {value}");
-        }
-        gauge(
-            &mut out,
+        out.gauges_by(
+            "twopc_coordinator_transactions",
+            "Transactions known now, by state (retained = ended, staged in memory until the \
+             outcome index holds it)",
+            "state",
+            [
+                ("preparing", g.preparing),
+                ("committing", g.committing),
+                ("aborting", g.aborting),
+                ("retained", g.retained),
+            ],
+        );
+        out.gauge(
             "twopc_coordinator_pending_acks",
-            "Participants that have not acknowledged a durable decision.",
+            "Participants that have not acknowledged a durable decision",
             g.pending_acks,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_oldest_pending_ack_age_ms",
-            "Age of the oldest durable decision some participant has not acknowledged (0: none).",
+            "Age of the oldest durable decision some participant has not acknowledged (0: none)",
             g.oldest_pending_ack_decided_at_ms
                 .map_or(0, |at| sampled.now_ms.saturating_sub(at)),
         );
-        counter(
-            &mut out,
-            "twopc_coordinator_phase_two_retries_total",
-            "Phase-two deliveries sent again after a failure.",
-            self.phase_two_retries.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_stale_epoch_answers_total",
-            "Participants that answered stale_epoch (another incarnation is newer).",
-            self.stale_epoch_answers.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_presumed_aborts_total",
-            "Presumed aborts answered for attempts the log covers and holds no decision for.",
-            self.presumed_aborts.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_unknown_answers_total",
-            "Decision queries answered unknown: the log cannot prove the attempt's outcome.",
-            self.unknown_answers.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_unknown_run_queries_total",
-            "Decision queries naming a run this log does not hold (a restored log, or a made-up query).",
-            self.unknown_run_queries.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_epoch_raises_total",
-            "Raises of this run's epoch past a run that a participant holds.",
-            self.epoch_raises.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_decision_queries_rate_limited_total",
-            "Decision queries refused 429: an unauthenticated caller asked about too many unknown attempts.",
-            self.decision_queries_rate_limited.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_overloaded_total",
-            "Requests refused with 503 overloaded by admission control.",
-            self.overloaded.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_operator_actions_total",
-            "Operator actions carried out (resolve, retry), each one an audit record in the log.",
-            self.operator_actions.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_operator_retries_total",
-            "Phase-two deliveries an operator started at once instead of at their backoff timer.",
-            self.operator_retries.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "twopc_coordinator_untracked_aborts_total",
-            "Aborts sent once, unacknowledged, to participants that did not vote yes.",
-            self.untracked_aborts.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
+    }
+
+    fn deliveries_and_answers(&self, out: &mut Exposition) {
+        for (name, help, value) in [
+            (
+                "twopc_coordinator_phase_two_retries_total",
+                "Phase-two deliveries sent again after a failure",
+                &self.phase_two_retries,
+            ),
+            (
+                "twopc_coordinator_stale_epoch_answers_total",
+                "Participants that answered stale_epoch (another incarnation is newer)",
+                &self.stale_epoch_answers,
+            ),
+            (
+                "twopc_coordinator_presumed_aborts_total",
+                "Presumed aborts answered for attempts the log covers and holds no decision for",
+                &self.presumed_aborts,
+            ),
+            (
+                "twopc_coordinator_unknown_answers_total",
+                "Decision queries answered unknown: the log cannot prove the attempt's outcome",
+                &self.unknown_answers,
+            ),
+            (
+                "twopc_coordinator_unknown_run_queries_total",
+                "Decision queries naming a run this log does not hold (a restored log, or a \
+                 made-up query)",
+                &self.unknown_run_queries,
+            ),
+            (
+                "twopc_coordinator_epoch_raises_total",
+                "Raises of this run's epoch past a run that a participant holds",
+                &self.epoch_raises,
+            ),
+            (
+                "twopc_coordinator_decision_queries_rate_limited_total",
+                "Decision queries refused 429: an unauthenticated caller asked about too many \
+                 unknown attempts",
+                &self.decision_queries_rate_limited,
+            ),
+            (
+                "twopc_coordinator_overloaded_total",
+                "Requests refused with 503 overloaded by admission control",
+                &self.overloaded,
+            ),
+            (
+                "twopc_coordinator_operator_actions_total",
+                "Operator actions carried out (resolve, retry), each one an audit record in the log",
+                &self.operator_actions,
+            ),
+            (
+                "twopc_coordinator_operator_retries_total",
+                "Phase-two deliveries an operator started at once instead of at their backoff \
+                 timer",
+                &self.operator_retries,
+            ),
+            (
+                "twopc_coordinator_untracked_aborts_total",
+                "Aborts sent once, unacknowledged, to participants that did not vote yes",
+                &self.untracked_aborts,
+            ),
+        ] {
+            out.counter_of(name, help, value);
+        }
+    }
+
+    fn log_and_recovery(&self, out: &mut Exposition, sampled: Sampled) {
+        out.gauge(
             "twopc_coordinator_log_behind",
-            "1 when participants proved this log is behind (restored or rolled back).",
-            self.log_behind.load(Ordering::Relaxed),
+            "1 when participants proved this log is behind (restored or rolled back)",
+            load(&self.log_behind),
         );
-        self.prepare_latency.render(
-            &mut out,
+        out.histogram(
             "twopc_coordinator_prepare_latency_seconds",
-            "Time from sending a prepare to its vote (or timeout).",
+            "Time from sending a prepare to its vote (or timeout)",
+            &self.prepare_latency,
         );
-        self.decision_fsync.render(
-            &mut out,
+        out.histogram(
             "twopc_coordinator_decision_fsync_seconds",
-            "Time from submitting a decision record to it being durable.",
+            "Time from submitting a decision record to it being durable",
+            &self.decision_fsync,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_log_bytes",
-            "Bytes of write-ahead log on disk.",
+            "Bytes of write-ahead log on disk",
             sampled.log_bytes,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_log_poisoned",
-            "1 when the log failed and takes no more writes.",
+            "1 when the log failed and takes no more writes",
             u64::from(sampled.log_poisoned),
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_ready",
-            "1 once recovery finished.",
+            "1 once recovery finished",
             u64::from(sampled.ready),
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_recovered_transactions",
-            "Unfinished transactions found in the log when this incarnation started.",
-            self.recovered_transactions.load(Ordering::Relaxed),
+            "Unfinished transactions found in the log when this incarnation started",
+            load(&self.recovered_transactions),
         );
-        counter(
-            &mut out,
+        out.counter(
             "twopc_wal_fsyncs_total",
-            "File fsyncs issued by the log since start.",
+            "File fsyncs issued by the log since start",
             sampled.wal_fsyncs,
         );
-        counter(
-            &mut out,
+        out.counter(
             "twopc_wal_records_total",
-            "Records appended to the log since start.",
+            "Records appended to the log since start",
             sampled.wal_records,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_epoch",
-            "This incarnation's epoch.",
+            "This incarnation's epoch",
             sampled.epoch,
         );
+    }
+
+    fn retention(&self, out: &mut Exposition, sampled: Sampled) {
         let index = sampled.index.unwrap_or_default();
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_retained_disk_bytes",
-            "Logical bytes of ended outcomes in the outcome index (what the disk budget counts).",
+            "Logical bytes of ended outcomes in the outcome index (what the disk budget counts)",
             index.logical_bytes,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_retained_indexed",
-            "Ended outcomes in the outcome index.",
+            "Ended outcomes in the outcome index",
             index.entries,
         );
-        gauge(
-            &mut out,
+        out.gauge(
             "twopc_coordinator_retained_effective_window_ms",
             "How long ended outcomes are really kept: the configured window, or the age of the \
-             oldest one kept when the disk budget evicted some inside it.",
+             oldest one kept when the disk budget evicted some inside it",
             match sampled.index {
                 Some(index) => index.effective_window_ms,
                 None => sampled.retention_ms,
             },
         );
-        counter(
-            &mut out,
+        out.counter(
             "twopc_coordinator_retained_evicted_early_total",
-            "Ended outcomes the disk budget evicted while still inside the retention window.",
+            "Ended outcomes the disk budget evicted while still inside the retention window",
             index.evicted_early_total,
         );
-        counter(
-            &mut out,
+        out.counter_of(
             "twopc_coordinator_archived_total",
-            "Ended outcomes written to the outcome index since start.",
-            self.archived.load(Ordering::Relaxed),
+            "Ended outcomes written to the outcome index since start",
+            &self.archived,
         );
-        counter(
-            &mut out,
+        out.counter_of(
             "twopc_coordinator_archive_failures_total",
-            "Outcome index writes that failed (the outcomes stayed staged and were retried).",
-            self.archive_failures.load(Ordering::Relaxed),
+            "Outcome index writes that failed (the outcomes stayed staged and were retried)",
+            &self.archive_failures,
         );
-        counter(
-            &mut out,
+        out.counter_of(
             "twopc_coordinator_index_read_failures_total",
-            "Outcome index lookups that failed (the request was answered 503).",
-            self.index_read_failures.load(Ordering::Relaxed),
+            "Outcome index lookups that failed (the request was answered 503)",
+            &self.index_read_failures,
         );
-        out
     }
+}
+
+fn participant_loads(out: &mut Exposition, loads: &[ParticipantLoad]) {
+    out.gauges_by(
+        "twopc_coordinator_participant_live",
+        "Transactions in phase one (or deciding) on this participant; admission control refuses \
+         new ones past --max-live-per-participant",
+        "participant",
+        loads.iter().map(|l| (l.name.as_str(), l.live)),
+    );
+    out.gauges_by(
+        "twopc_coordinator_participant_pending_acks",
+        "Durable decisions this participant has not acknowledged; admission control refuses new \
+         transactions on it past --max-pending-acks-per-participant",
+        "participant",
+        loads.iter().map(|l| (l.name.as_str(), l.pending_acks)),
+    );
+}
+
+fn saga_numbers(out: &mut Exposition, sagas: &SagaNumbers) {
+    out.gauge(
+        "twopc_saga_compensations_failing",
+        "Steps whose compensation (or fence) keeps failing (retried with capped backoff for ever)",
+        sagas.compensations_failing,
+    );
+    out.gauge(
+        "twopc_sagas_resolved_by_hand",
+        "needs_attention sagas an operator settled by hand",
+        sagas.resolved_by_hand,
+    );
+    out.gauges_by(
+        "twopc_sagas",
+        "Sagas in this coordinator's table by state (needs_attention and compensating ones want \
+         an operator's eye)",
+        "state",
+        sagas.by_state.iter().map(|(state, n)| (state.as_str(), *n)),
+    );
+    out.counter(
+        "twopc_saga_step_retries_total",
+        "Saga actions and compensations sent again under the same op id (after an unknown \
+         outcome or a failing compensation)",
+        sagas.step_retries,
+    );
+    out.counter(
+        "twopc_saga_op_id_conflicts_total",
+        "Saga ops and op queries a participant refused op_id_conflict: it holds that op id from \
+         this coordinator id with another payload (a saga id used again after this \
+         coordinator's log lost it)",
+        sagas.op_id_conflicts,
+    );
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn histogram_buckets_are_cumulative() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(300));
-        h.observe(Duration::from_millis(3));
-        let mut out = String::new();
-        h.render(&mut out, "x", "help");
-        assert!(out.contains("x_bucket{le=\"0.0005\"} 1\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"0.005\"} 2\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"+Inf\"} 2\n"), "{out}");
-        assert!(out.contains("x_count 2\n"), "{out}");
-    }
-
-    #[test]
-    fn render_has_every_family() {
-        let m = Metrics::default();
-        m.committed.fetch_add(3, Ordering::Relaxed);
-        let out = m.render(Sampled {
-            log_bytes: 42,
-            ..Sampled::default()
-        });
-        for needle in [
-            "twopc_coordinator_transactions_total{outcome=\"committed\"} 3",
-            "twopc_coordinator_pending_acks 0",
-            "twopc_coordinator_phase_two_retries_total 0",
-            "twopc_coordinator_prepare_latency_seconds_count 0",
-            "twopc_coordinator_decision_fsync_seconds_count 0",
-            "twopc_coordinator_log_bytes 42",
-            "twopc_coordinator_recovered_transactions 0",
-            "twopc_wal_fsyncs_total 0",
-            "twopc_coordinator_retained_disk_bytes 0",
-            "twopc_coordinator_retained_effective_window_ms 0",
-            "twopc_coordinator_retained_evicted_early_total 0",
-            "twopc_coordinator_archive_failures_total 0",
-        ] {
-            assert!(out.contains(needle), "{needle} missing in\n{out}");
-        }
-    }
-
-    #[test]
-    fn the_oldest_pending_ack_is_shown_as_an_age_at_the_scrape() {
-        let m = Metrics::default();
-        let none = m.render(Sampled {
-            now_ms: 10_000,
-            ..Sampled::default()
-        });
-        assert!(
-            none.contains("twopc_coordinator_oldest_pending_ack_age_ms 0\n"),
-            "{none}"
-        );
-        let some = m.render(Sampled {
-            now_ms: 10_000,
-            gauges: Gauges {
-                pending_acks: 2,
-                oldest_pending_ack_decided_at_ms: Some(7_500),
-                ..Gauges::default()
-            },
-            ..Sampled::default()
-        });
-        assert!(
-            some.contains("twopc_coordinator_oldest_pending_ack_age_ms 2500\n"),
-            "{some}"
-        );
-    }
-}
+mod tests;

@@ -1,4 +1,5 @@
-//! TLS and the outbound-HTTP policy of every twopc process, and nothing about transactions.
+//! TLS, the outbound-HTTP policy and the `/metrics` exposition of every twopc process, and
+//! nothing about transactions.
 //!
 //! - [`tls_config`]: PEM files into rustls configurations (ring provider; a client trusts only
 //!   the CA it is given, never the platform's roots).
@@ -8,9 +9,12 @@
 //! - [`tls_connect`]: one TLS handshake on an outbound TCP stream (for hand-built clients).
 //! - [`outbound`]: the policy of every outbound client: no redirects, answers capped in size,
 //!   connect and total time bounded.
+//! - [`exposition`]: the `/metrics` text (the Prometheus text format, by `prometheus-client`)
+//!   and the latency histogram every server shares.
 //! - `test_certs` and `test_servers` (feature `testing`): a private CA and server certificates
 //!   made at test time, and misbehaving servers for the outbound policy's tests.
 
+pub mod exposition;
 pub mod outbound;
 mod quiet_time;
 pub mod serve;

@@ -19,7 +19,7 @@ use protocol::{
 use serde::de::DeserializeOwned;
 
 use crate::engine::saga::OpQueryRefused;
-use crate::metrics::Gauges;
+use crate::metrics::{FenceNumbers, Gauges};
 use crate::resource::Resource;
 use crate::saga_service::{OpQueryError, SagaOpError};
 use crate::service::{Participant, RequestError};
@@ -153,64 +153,37 @@ impl<R: Resource> Participant<R> {
         )
     }
 
-    /// The Prometheus text of this participant.
+    /// The `/metrics` text of this participant.
     pub fn metrics_text(&self) -> String {
-        let gauges = self.with_engine(|engine| Gauges {
-            prepared: engine.prepared_len(),
-            locks: engine.locks_len(),
-            tombstones: engine.tombstones_len(),
-            lock_waiters: engine.waiting_len(),
-            log_failed: false,
-            oldest_prepared_age_ms: engine
-                .oldest_prepared_at_ms()
-                .map_or(0, |at| crate::service::now_ms().saturating_sub(at)),
+        let now_ms = crate::service::now_ms();
+        let gauges = self.with_engine(|engine| {
+            let fences = engine.fences();
+            let pruned = fences.pruned();
+            Gauges {
+                prepared: engine.prepared_len(),
+                locks: engine.locks_len(),
+                tombstones: engine.tombstones_len(),
+                lock_waiters: engine.waiting_len(),
+                oldest_prepared_age_ms: engine
+                    .oldest_prepared_at_ms()
+                    .map_or(0, |at| now_ms.saturating_sub(at)),
+                fences: FenceNumbers {
+                    entries: fences.len(),
+                    floor: fences.floor(),
+                    pruned_highest_tokens: pruned.highest,
+                    pruned_op_answers: pruned.answers,
+                    resets: fences.resets().len(),
+                },
+                ..Gauges::default()
+            }
         });
         let gauges = Gauges {
             log_failed: self.is_failed(),
+            wal: self.wal().stats(),
             ..gauges
         };
-        let mut text = self.metrics().render(&gauges);
-        text.push_str(&self.with_engine(|engine| fence_metrics(engine.fences())));
-        let stats = self.wal().stats();
-        text.push_str(&format!(
-            "# HELP twopc_wal_fsyncs_total fdatasync calls of the log.\n\
-             # TYPE twopc_wal_fsyncs_total counter\n\
-             twopc_wal_fsyncs_total {}\n\
-             # HELP twopc_wal_records_total Records appended to the log.\n\
-             # TYPE twopc_wal_records_total counter\n\
-             twopc_wal_records_total {}\n\
-             # HELP twopc_wal_bytes_on_disk Bytes of log on disk.\n\
-             # TYPE twopc_wal_bytes_on_disk gauge\n\
-             twopc_wal_bytes_on_disk {}\n",
-            stats.fsyncs, stats.records_appended, stats.log_bytes_on_disk
-        ));
-        text
+        self.metrics().render(&gauges)
     }
-}
-
-/// The fence table's size, floor and what retention took (docs/leases.md, "Retention").
-fn fence_metrics(fences: &crate::fence::Fences) -> String {
-    let pruned = fences.pruned();
-    format!(
-        "# HELP twopc_participant_fence_entries Fenced resources and op answers remembered.\n\
-         # TYPE twopc_participant_fence_entries gauge\n\
-         twopc_participant_fence_entries {}\n\
-         # HELP twopc_participant_fence_floor The token every resource without an entry must reach.\n\
-         # TYPE twopc_participant_fence_floor gauge\n\
-         twopc_participant_fence_floor {}\n\
-         # HELP twopc_participant_fence_pruned_total Entries the fence retention took.\n\
-         # TYPE twopc_participant_fence_pruned_total counter\n\
-         twopc_participant_fence_pruned_total{{what=\"highest_token\"}} {}\n\
-         twopc_participant_fence_pruned_total{{what=\"op_answer\"}} {}\n\
-         # HELP twopc_participant_fence_resets Operator resets of fences kept in the audit trail.\n\
-         # TYPE twopc_participant_fence_resets gauge\n\
-         twopc_participant_fence_resets {}\n",
-        fences.len(),
-        fences.floor(),
-        pruned.highest,
-        pruned.answers,
-        fences.resets().len(),
-    )
 }
 
 /// Adds what every service answers the same way: 404 `unknown_route`, 405
@@ -354,7 +327,7 @@ async fn readyz<R: Resource>(
 
 async fn metrics<R: Resource>(State(participant): State<Participant<R>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, net::exposition::CONTENT_TYPE)],
         participant.metrics_text(),
     )
 }

@@ -1,51 +1,11 @@
-//! Counters and the Prometheus text exposition (written by hand; it is simple).
+//! What a participant counts, and its `/metrics` families: each one's exported name, type,
+//! labels and help, written by `net::exposition` (the Prometheus text format; docs/operations.md,
+//! "The metrics text"). docs/alerts.yml and dashboards query these names: a rename breaks them.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Lock-wait bucket bounds in seconds (the coordinator's latency buckets): a wait is bounded
-/// by `lock_wait_max_ms` (2 s by default), so the top bucket leaves room for a raised cap.
-const BUCKETS_S: [f64; 13] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
-/// A duration histogram with fixed cumulative buckets, as in the coordinator's metrics.
-#[derive(Debug, Default)]
-pub(crate) struct Histogram {
-    buckets: [AtomicU64; BUCKETS_S.len()],
-    count: AtomicU64,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.sum_us.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS_S) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum_s = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum_s}\n{name}_count {count}");
-    }
-}
+use net::exposition::{Exposition, Histogram};
 
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
@@ -68,8 +28,8 @@ fn inc(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Gauges read from the engine and the log at scrape time.
-#[derive(Debug)]
+/// What `/metrics` reads from the engine, the fence table and the log at the scrape.
+#[derive(Debug, Default)]
 pub(crate) struct Gauges {
     pub prepared: usize,
     pub locks: usize,
@@ -78,6 +38,18 @@ pub(crate) struct Gauges {
     pub log_failed: bool,
     /// How long the oldest prepared attempt has held its locks, in ms (0: none prepared).
     pub oldest_prepared_age_ms: u64,
+    pub fences: FenceNumbers,
+    pub wal: wal::WalStats,
+}
+
+/// The fence table's size, floor and what retention took (docs/leases.md, "Retention").
+#[derive(Debug, Default)]
+pub(crate) struct FenceNumbers {
+    pub entries: usize,
+    pub floor: u64,
+    pub pruned_highest_tokens: u64,
+    pub pruned_op_answers: u64,
+    pub resets: usize,
 }
 
 impl Metrics {
@@ -119,124 +91,168 @@ impl Metrics {
         self.lock_wait_seconds.observe(waited);
     }
 
-    /// The Prometheus text format.
+    /// The `/metrics` text.
     pub fn render(&self, gauges: &Gauges) -> String {
-        let mut out = String::new();
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
-        metric(
+        let mut out = Exposition::default();
+        out.counters_by(
             "twopc_participant_votes_total",
-            "counter",
-            "Prepare answers by vote.",
-            &[
-                ("{vote=\"yes\"}", get(&self.votes_yes)),
-                ("{vote=\"no\"}", get(&self.votes_no)),
-            ],
+            "Prepare answers by vote",
+            "vote",
+            [("yes", load(&self.votes_yes)), ("no", load(&self.votes_no))],
         );
-        metric(
+        out.counters_by(
             "twopc_participant_decisions_total",
-            "counter",
-            "Decisions acknowledged by kind.",
-            &[
-                ("{decision=\"commit\"}", get(&self.commits)),
-                ("{decision=\"abort\"}", get(&self.aborts)),
+            "Decisions acknowledged by kind",
+            "decision",
+            [
+                ("commit", load(&self.commits)),
+                ("abort", load(&self.aborts)),
             ],
         );
-        metric(
-            "twopc_participant_rejected_total",
-            "counter",
-            "Protocol requests answered with an error (stale epoch, not prepared, invalid payload).",
-            &[("", get(&self.rejected))],
-        );
-        metric(
-            "twopc_participant_decision_queries_total",
-            "counter",
-            "Decision queries sent to the coordinator for in-doubt transactions.",
-            &[("", get(&self.decision_queries))],
-        );
-        metric(
-            "twopc_participant_decision_query_failures_total",
-            "counter",
-            "Decision queries that got no usable answer.",
-            &[("", get(&self.decision_query_failures))],
-        );
-        metric(
-            "twopc_participant_checkpoints_total",
-            "counter",
-            "Checkpoints written.",
-            &[("", get(&self.checkpoints))],
-        );
-        metric(
-            "twopc_participant_checkpoint_failures_total",
-            "counter",
-            "Checkpoints not written (snapshot too large or unencodable); tried again later.",
-            &[("", get(&self.checkpoint_failures))],
-        );
-        metric(
-            "twopc_participant_lock_waits_total",
-            "counter",
-            "Prepares that queued for locks held by older attempts.",
-            &[("", get(&self.lock_waits))],
-        );
-        metric(
-            "twopc_participant_lock_timeouts_total",
-            "counter",
-            "Queued prepares that voted no at their lock-wait deadline (lock_timeout).",
-            &[("", get(&self.lock_timeouts))],
-        );
-        metric(
-            "twopc_participant_lock_conflicts_total",
-            "counter",
-            "Prepares that voted no at once on a lock (a younger holder, no wait allowed, too many waiters).",
-            &[("", get(&self.lock_conflicts))],
-        );
-        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        metric(
-            "twopc_participant_prepared",
-            "gauge",
-            "Prepared (in-doubt) transactions holding locks.",
-            &[("", as_u64(gauges.prepared))],
-        );
-        metric(
-            "twopc_participant_locked_keys",
-            "gauge",
-            "Keys locked by prepared transactions.",
-            &[("", as_u64(gauges.locks))],
-        );
-        metric(
-            "twopc_participant_tombstones",
-            "gauge",
-            "Decided transactions remembered for duplicates.",
-            &[("", as_u64(gauges.tombstones))],
-        );
-        metric(
-            "twopc_participant_lock_waiters",
-            "gauge",
-            "Prepares queued for locks now.",
-            &[("", as_u64(gauges.lock_waiters))],
-        );
-        metric(
+        for (name, help, value) in [
+            (
+                "twopc_participant_rejected_total",
+                "Protocol requests answered with an error (stale epoch, not prepared, invalid \
+                 payload)",
+                &self.rejected,
+            ),
+            (
+                "twopc_participant_decision_queries_total",
+                "Decision queries sent to the coordinator for in-doubt transactions",
+                &self.decision_queries,
+            ),
+            (
+                "twopc_participant_decision_query_failures_total",
+                "Decision queries that got no usable answer",
+                &self.decision_query_failures,
+            ),
+            (
+                "twopc_participant_checkpoints_total",
+                "Checkpoints written",
+                &self.checkpoints,
+            ),
+            (
+                "twopc_participant_checkpoint_failures_total",
+                "Checkpoints not written (snapshot too large or unencodable); tried again later",
+                &self.checkpoint_failures,
+            ),
+            (
+                "twopc_participant_lock_waits_total",
+                "Prepares that queued for locks held by older attempts",
+                &self.lock_waits,
+            ),
+            (
+                "twopc_participant_lock_timeouts_total",
+                "Queued prepares that voted no at their lock-wait deadline (lock_timeout)",
+                &self.lock_timeouts,
+            ),
+            (
+                "twopc_participant_lock_conflicts_total",
+                "Prepares that voted no at once on a lock (a younger holder, no wait allowed, too \
+                 many waiters)",
+                &self.lock_conflicts,
+            ),
+        ] {
+            out.counter_of(name, help, value);
+        }
+        for (name, help, value) in [
+            (
+                "twopc_participant_prepared",
+                "Prepared (in-doubt) transactions holding locks",
+                gauges.prepared,
+            ),
+            (
+                "twopc_participant_locked_keys",
+                "Keys locked by prepared transactions",
+                gauges.locks,
+            ),
+            (
+                "twopc_participant_tombstones",
+                "Decided transactions remembered for duplicates",
+                gauges.tombstones,
+            ),
+            (
+                "twopc_participant_lock_waiters",
+                "Prepares queued for locks now",
+                gauges.lock_waiters,
+            ),
+        ] {
+            out.gauge(name, help, as_u64(value));
+        }
+        out.gauge(
             "twopc_participant_oldest_prepared_age_ms",
-            "gauge",
-            "How long the oldest prepared (in-doubt) transaction has held its locks, in ms (0: none).",
-            &[("", gauges.oldest_prepared_age_ms)],
+            "How long the oldest prepared (in-doubt) transaction has held its locks, in ms (0: \
+             none)",
+            gauges.oldest_prepared_age_ms,
         );
-        metric(
+        out.gauge(
             "twopc_participant_log_failed",
-            "gauge",
-            "1 when the log failed and writes are refused.",
-            &[("", u64::from(gauges.log_failed))],
+            "1 when the log failed and writes are refused",
+            u64::from(gauges.log_failed),
         );
-        self.lock_wait_seconds.render(
-            &mut out,
+        out.histogram(
             "twopc_participant_lock_wait_seconds",
-            "How long queued prepares waited for locks, whatever their vote.",
+            "How long queued prepares waited for locks, whatever their vote",
+            &self.lock_wait_seconds,
         );
-        out
+        fence_numbers(&mut out, &gauges.fences);
+        wal_numbers(&mut out, &gauges.wal);
+        out.text()
     }
 }
+
+fn fence_numbers(out: &mut Exposition, fences: &FenceNumbers) {
+    out.gauge(
+        "twopc_participant_fence_entries",
+        "Fenced resources and op answers remembered",
+        as_u64(fences.entries),
+    );
+    out.gauge(
+        "twopc_participant_fence_floor",
+        "The token every resource without an entry must reach",
+        fences.floor,
+    );
+    out.counters_by(
+        "twopc_participant_fence_pruned_total",
+        "Entries the fence retention took",
+        "what",
+        [
+            ("highest_token", fences.pruned_highest_tokens),
+            ("op_answer", fences.pruned_op_answers),
+        ],
+    );
+    out.gauge(
+        "twopc_participant_fence_resets",
+        "Operator resets of fences kept in the audit trail",
+        as_u64(fences.resets),
+    );
+}
+
+fn wal_numbers(out: &mut Exposition, wal: &wal::WalStats) {
+    out.counter(
+        "twopc_wal_fsyncs_total",
+        "fdatasync calls of the log",
+        wal.fsyncs,
+    );
+    out.counter(
+        "twopc_wal_records_total",
+        "Records appended to the log",
+        wal.records_appended,
+    );
+    out.gauge(
+        "twopc_wal_bytes_on_disk",
+        "Bytes of log on disk",
+        wal.log_bytes_on_disk,
+    );
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+fn as_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

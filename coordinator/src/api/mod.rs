@@ -261,13 +261,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
         }
         None => Sampled::default(),
     };
-    let mut text = state.metrics.render_with(sampled, &loads);
-    if let Some(core) = state.core.get() {
-        text.push_str(&core.saga_metrics_text());
-    }
+    let sagas = state.core.get().map(|core| core.saga_numbers());
+    let text = state.metrics.render(sampled, &loads, sagas.as_ref());
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, net::exposition::CONTENT_TYPE)],
         text,
     )
         .into_response()

@@ -12,7 +12,6 @@
 //! nothing here takes the 2PC engine's lock.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -161,51 +160,19 @@ impl Core {
             .collect()
     }
 
-    /// `twopc_sagas{state=...}`, `twopc_saga_step_retries_total` and
-    /// `twopc_saga_op_id_conflicts_total`, Prometheus text.
-    pub fn saga_metrics_text(&self) -> String {
-        let (counts, failing) = {
+    /// The saga table's numbers for `/metrics` (`twopc_sagas{state=...}` and the rest).
+    pub fn saga_numbers(&self) -> crate::metrics::SagaNumbers {
+        let (by_state, compensations_failing) = {
             let engine = self.sagas.lock();
             (engine.counts(), engine.compensations_failing())
         };
-        let hand_resolved = self.lock_engine().hand_resolved_count();
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP twopc_saga_compensations_failing Steps whose compensation (or fence) keeps failing \
-             (retried with capped backoff for ever).\n# TYPE twopc_saga_compensations_failing \
-             gauge\ntwopc_saga_compensations_failing {failing}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP twopc_sagas_resolved_by_hand needs_attention sagas an operator settled by \
-             hand.\n# TYPE twopc_sagas_resolved_by_hand gauge\ntwopc_sagas_resolved_by_hand \
-             {hand_resolved}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP twopc_sagas Sagas in this coordinator's table by state (needs_attention and \
-             compensating ones want an operator's eye).\n# TYPE twopc_sagas gauge"
-        );
-        for (state, count) in counts {
-            let _ = writeln!(out, "twopc_sagas{{state=\"{}\"}} {count}", state.as_str());
+        crate::metrics::SagaNumbers {
+            by_state,
+            compensations_failing,
+            resolved_by_hand: self.lock_engine().hand_resolved_count(),
+            step_retries: self.sagas.step_retries.load(Ordering::Relaxed),
+            op_id_conflicts: self.sagas.op_id_conflicts.load(Ordering::Relaxed),
         }
-        let _ = writeln!(
-            out,
-            "# HELP twopc_saga_step_retries_total Saga actions and compensations sent again \
-             under the same op id (after an unknown outcome or a failing compensation).\n\
-             # TYPE twopc_saga_step_retries_total counter\ntwopc_saga_step_retries_total {}",
-            self.sagas.step_retries.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP twopc_saga_op_id_conflicts_total Saga ops and op queries a participant \
-             refused op_id_conflict: it holds that op id from this coordinator id with another \
-             payload (a saga id used again after this coordinator's log lost it).\n\
-             # TYPE twopc_saga_op_id_conflicts_total counter\ntwopc_saga_op_id_conflicts_total {}",
-            self.sagas.op_id_conflicts.load(Ordering::Relaxed)
-        );
-        out
     }
 
     /// Steps the saga engine; its records are submitted under the lock (the log's order is

@@ -12,7 +12,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use protocol::{AckResponse, DecisionRequest, ErrorCode, PrepareRequest, Vote, routes};
 
-use super::backend::PgParticipant;
+use net::exposition::Exposition;
+
+use super::backend::{PgMetrics, PgParticipant};
 use super::in_doubt::PgPreparedList;
 use super::work::PgWork;
 use crate::http::{ApiError, json_body};
@@ -36,61 +38,79 @@ impl<W: PgWork> PgParticipant<W> {
         )
     }
 
-    /// The Prometheus text (reads `pg_prepared_xacts` for the in-doubt gauges).
+    /// The `/metrics` text (reads `pg_prepared_xacts` for the in-doubt gauges).
     pub async fn metrics_text(&self) -> String {
-        let m = &self.inner.metrics;
-        let (in_doubt, oldest_s, scrape_ok) = match self.in_doubt().await {
-            Ok(list) => (
-                list.prepared.len() + list.unattributed.len(),
-                list.prepared
-                    .first()
-                    .map_or(0.0, |p| p.age_ms as f64 / 1000.0),
-                1,
-            ),
-            Err(_) => (0, 0.0, 0),
+        let in_doubt = match self.in_doubt().await {
+            Ok(list) => Some(InDoubt {
+                prepared: list.prepared.len() + list.unattributed.len(),
+                oldest_age_ms: list.prepared.first().map_or(0, |p| p.age_ms),
+            }),
+            Err(_) => None,
         };
-        let counter = |name: &str, help: &str, value: u64| {
-            format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n")
-        };
-        let mut text = String::new();
-        text.push_str(&format!(
-            "# HELP twopc_pg_votes_total Votes sent, by vote.\n# TYPE twopc_pg_votes_total counter\n\
-             twopc_pg_votes_total{{vote=\"yes\"}} {}\ntwopc_pg_votes_total{{vote=\"no\"}} {}\n",
-            m.votes_yes.load(Ordering::Relaxed),
-            m.votes_no.load(Ordering::Relaxed)
-        ));
-        text.push_str(&counter(
-            "twopc_pg_commit_prepared_total",
-            "COMMIT PREPARED statements that committed a transaction.",
-            m.commits.load(Ordering::Relaxed),
-        ));
-        text.push_str(&counter(
-            "twopc_pg_rollback_prepared_total",
-            "ROLLBACK PREPARED statements that rolled a transaction back.",
-            m.aborts.load(Ordering::Relaxed),
-        ));
-        text.push_str(&counter(
-            "twopc_pg_decision_queries_total",
-            "Decision queries sent to the coordinator about in-doubt transactions.",
-            m.decision_queries.load(Ordering::Relaxed),
-        ));
-        text.push_str(&counter(
-            "twopc_pg_resolved_by_query_total",
-            "In-doubt transactions resolved from the coordinator's answer.",
-            m.resolved_by_query.load(Ordering::Relaxed),
-        ));
-        text.push_str(&format!(
-            "# HELP twopc_pg_prepared This participant's prepared transactions in \
-             pg_prepared_xacts (they hold locks and block VACUUM).\n\
-             # TYPE twopc_pg_prepared gauge\ntwopc_pg_prepared {in_doubt}\n\
-             # HELP twopc_pg_prepared_oldest_age_seconds Age of the oldest of them.\n\
-             # TYPE twopc_pg_prepared_oldest_age_seconds gauge\n\
-             twopc_pg_prepared_oldest_age_seconds {oldest_s:.3}\n\
-             # HELP twopc_pg_up Whether PostgreSQL answered this scrape's query.\n\
-             # TYPE twopc_pg_up gauge\ntwopc_pg_up {scrape_ok}\n"
-        ));
-        text
+        render(&self.inner.metrics, in_doubt)
     }
+}
+
+/// This participant's prepared transactions in `pg_prepared_xacts`, as one scrape read them.
+#[derive(Debug, Clone, Copy)]
+struct InDoubt {
+    prepared: usize,
+    oldest_age_ms: u64,
+}
+
+/// The PostgreSQL participant's `/metrics` families (`None`: PostgreSQL did not answer).
+fn render(m: &PgMetrics, in_doubt: Option<InDoubt>) -> String {
+    let mut out = Exposition::default();
+    out.counters_by(
+        "twopc_pg_votes_total",
+        "Votes sent, by vote",
+        "vote",
+        [
+            ("yes", m.votes_yes.load(Ordering::Relaxed)),
+            ("no", m.votes_no.load(Ordering::Relaxed)),
+        ],
+    );
+    out.counter_of(
+        "twopc_pg_commit_prepared_total",
+        "COMMIT PREPARED statements that committed a transaction",
+        &m.commits,
+    );
+    out.counter_of(
+        "twopc_pg_rollback_prepared_total",
+        "ROLLBACK PREPARED statements that rolled a transaction back",
+        &m.aborts,
+    );
+    out.counter_of(
+        "twopc_pg_decision_queries_total",
+        "Decision queries sent to the coordinator about in-doubt transactions",
+        &m.decision_queries,
+    );
+    out.counter_of(
+        "twopc_pg_resolved_by_query_total",
+        "In-doubt transactions resolved from the coordinator's answer",
+        &m.resolved_by_query,
+    );
+    let read = in_doubt.unwrap_or(InDoubt {
+        prepared: 0,
+        oldest_age_ms: 0,
+    });
+    out.gauge(
+        "twopc_pg_prepared",
+        "This participant's prepared transactions in pg_prepared_xacts (they hold locks and \
+         block VACUUM)",
+        u64::try_from(read.prepared).unwrap_or(u64::MAX),
+    );
+    out.gauge_f64(
+        "twopc_pg_prepared_oldest_age_seconds",
+        "Age of the oldest of them",
+        read.oldest_age_ms as f64 / 1000.0,
+    );
+    out.gauge(
+        "twopc_pg_up",
+        "Whether PostgreSQL answered this scrape's query",
+        u64::from(in_doubt.is_some()),
+    );
+    out.text()
 }
 
 async fn prepare<W: PgWork>(
@@ -148,7 +168,74 @@ async fn readyz<W: PgWork>(
 
 async fn metrics<W: PgWork>(State(participant): State<PgParticipant<W>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, net::exposition::CONTENT_TYPE)],
         participant.metrics_text().await,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series the PostgreSQL participant exported when it wrote its text by hand, in
+    /// order, values removed: a rename fails here.
+    const SERIES: [&str; 17] = [
+        "# TYPE twopc_pg_votes_total counter",
+        "twopc_pg_votes_total{vote=\"yes\"}",
+        "twopc_pg_votes_total{vote=\"no\"}",
+        "# TYPE twopc_pg_commit_prepared_total counter",
+        "twopc_pg_commit_prepared_total",
+        "# TYPE twopc_pg_rollback_prepared_total counter",
+        "twopc_pg_rollback_prepared_total",
+        "# TYPE twopc_pg_decision_queries_total counter",
+        "twopc_pg_decision_queries_total",
+        "# TYPE twopc_pg_resolved_by_query_total counter",
+        "twopc_pg_resolved_by_query_total",
+        "# TYPE twopc_pg_prepared gauge",
+        "twopc_pg_prepared",
+        "# TYPE twopc_pg_prepared_oldest_age_seconds gauge",
+        "twopc_pg_prepared_oldest_age_seconds",
+        "# TYPE twopc_pg_up gauge",
+        "twopc_pg_up",
+    ];
+
+    #[test]
+    fn the_exported_series_and_types_are_the_same_as_before() {
+        let text = render(&PgMetrics::default(), None);
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("# TYPE ") || !l.starts_with('#'))
+            .map(|l| match l.strip_prefix("# TYPE ") {
+                Some(_) => l,
+                None => l.rsplit_once(' ').map_or(l, |(series, _)| series),
+            })
+            .collect();
+        assert_eq!(series, SERIES, "{text}");
+    }
+
+    #[test]
+    fn values_are_the_counters_and_what_the_scrape_read() {
+        let m = PgMetrics::default();
+        m.votes_no.fetch_add(2, Ordering::Relaxed);
+        let down = render(&m, None);
+        assert!(down.contains("twopc_pg_up 0\n"), "{down}");
+        assert!(
+            down.contains("twopc_pg_votes_total{vote=\"no\"} 2\n"),
+            "{down}"
+        );
+        let up = render(
+            &m,
+            Some(InDoubt {
+                prepared: 3,
+                oldest_age_ms: 1_234,
+            }),
+        );
+        for line in [
+            "twopc_pg_up 1\n",
+            "twopc_pg_prepared 3\n",
+            "twopc_pg_prepared_oldest_age_seconds 1.234\n",
+        ] {
+            assert!(up.contains(line), "{line} missing in\n{up}");
+        }
+    }
 }

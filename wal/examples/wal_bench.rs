@@ -1,7 +1,7 @@
 //! Group-commit benchmark: durable appends of 256-byte records at 1, 16 and 64 concurrent
 //! appenders, against a raw `write + fdatasync` loop measured in the same run on the same disk.
 //!
-//! `cargo run --release -p twopc-wal --example bench`
+//! `cargo run --release -p twopc-wal --example wal_bench`
 //! Env: `WAL_BENCH_DIR` (default: the system temp dir; must be a real disk, not tmpfs),
 //! `WAL_BENCH_SECS` (seconds per measurement round, default 0.5), `WAL_BENCH_ROUNDS` (default 7;
 //! the median round is reported). Short alternating rounds keep a shared, noisy disk fair to both.

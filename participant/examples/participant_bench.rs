@@ -5,7 +5,7 @@
 //! The machine is shared and noisy, so every cell runs `ROUNDS` times, fsync and baseline
 //! alternating, and the median run (by pairs/s) of each is printed.
 //!
-//! `cargo run --release -p twopc-participant --example bench [-- SECONDS_PER_RUN]`
+//! `cargo run --release -p twopc-participant --example participant_bench [-- SECONDS_PER_RUN]`
 //!
 //! Each client waits for its commit's acknowledgement before the next prepare, so a commit
 //! record never finds a prepare to share its fsync with at 1 client: it waits out the log's

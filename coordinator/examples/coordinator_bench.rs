@@ -6,7 +6,7 @@
 //! (`SyncPolicy::Never`), as the same-run baseline. Prints committed tx/s, p50 and p99, and the
 //! ratio durable / baseline.
 //!
-//! `cargo run --release -p twopc-coordinator --example bench` (`BENCH_SECS` per run, default 5;
+//! `cargo run --release -p twopc-coordinator --example coordinator_bench` (`BENCH_SECS` per run, default 5;
 //! `BENCH_ROUNDS` alternating rounds per mode and concurrency, default 3).
 
 use std::collections::BTreeMap;
