@@ -341,11 +341,8 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
     ],
     &[
         "participant/src/engine/fenced.rs",
-        "participant/src/engine/mod.rs",
         "participant/src/engine/phases.rs",
-        "participant/src/engine/saga.rs",
         "participant/src/engine/waits.rs",
-        "participant/src/record.rs",
     ],
     &["participant/src/open.rs", "participant/src/service.rs"],
     &[

@@ -32,6 +32,7 @@ pub mod record;
 mod rejection;
 mod resolver;
 pub mod resource;
+mod saga_barrier;
 mod saga_service;
 pub mod service;
 pub mod snapshot;

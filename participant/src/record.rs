@@ -77,7 +77,7 @@ pub enum Record {
         kind: protocol::saga::OpKind,
         coordinator_id: CoordinatorId,
         epoch: Epoch,
-        answer: crate::engine::saga::BarrierAnswer,
+        answer: crate::saga_barrier::BarrierAnswer,
         payload: serde_json::Value,
         at_ms: u64,
     },

@@ -6,10 +6,10 @@
 use protocol::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::saga::{BarrierEntry, StepKey, parse_legacy_key};
 use crate::engine::{Engine, EngineConfig, LoggedPrepare, ReplayError, Sender};
 use crate::record::Fence;
 use crate::resource::Resource;
+use crate::saga_barrier::{BarrierEntry, StepKey, parse_legacy_key};
 use crate::tombstones::Tombstone;
 
 /// Bumped when the layout changes incompatibly (2: attempts keyed by global id, fences with

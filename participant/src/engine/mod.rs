@@ -48,7 +48,7 @@ pub struct Engine<R: Resource> {
     /// Prepares queued for locks, oldest attempt first (never logged; see `waits`).
     pub(crate) waits: Waits<R::Staged>,
     /// Saga steps seen, with the first answer of each op (see `saga`).
-    pub(crate) saga_barrier: saga::Barrier,
+    pub(crate) saga_barrier: crate::saga_barrier::Barrier,
     /// Highest fencing token per fenced resource, and fenced writes' answers by op id.
     pub(crate) fences: crate::fence::Fences,
 }
@@ -64,7 +64,7 @@ impl<R: Resource> Engine<R> {
             tombstones,
             epochs: BTreeMap::new(),
             waits: Waits::default(),
-            saga_barrier: saga::Barrier::new(),
+            saga_barrier: crate::saga_barrier::Barrier::new(),
             fences: crate::fence::Fences::default(),
         }
     }
