@@ -339,11 +339,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "coordinator/src/config.rs",
         "coordinator/src/runtime/mod.rs",
     ],
-    &[
-        "participant/src/engine/fenced.rs",
-        "participant/src/engine/phases.rs",
-        "participant/src/engine/waits.rs",
-    ],
     &["participant/src/open.rs", "participant/src/service.rs"],
     &[
         "participant/src/auth.rs",

@@ -1,8 +1,12 @@
-//! Key locks held by prepared transactions, from prepare until the decision.
+//! Key locks held by prepared transactions, from prepare until the decision, and which keys a
+//! transaction locks: its resource's, plus one per fenced resource it claims.
 
 use std::collections::HashMap;
 
 use protocol::GlobalTxId;
+use protocol::lease::FenceClaim;
+
+use crate::fence::lock_key;
 
 /// Which prepared attempt (by global id) holds each key.
 #[derive(Debug, Default)]
@@ -34,4 +38,13 @@ impl Locks {
     pub fn len(&self) -> usize {
         self.holders.len()
     }
+}
+
+/// A transaction's lock keys: the resource's, plus one per fenced resource it claims, each
+/// once and sorted.
+pub(crate) fn lock_keys(mut keys: Vec<String>, claims: &[FenceClaim]) -> Vec<String> {
+    keys.extend(claims.iter().map(|c| lock_key(&c.resource)));
+    keys.sort();
+    keys.dedup();
+    keys
 }

@@ -5,20 +5,15 @@
 
 use protocol::lease::FenceClaim;
 
-use super::phases::dedup;
-use super::{Command, Engine, ReplayError, Reply};
+use super::Engine;
+use super::types::{Command, ReplayError, Reply};
 use crate::fence::{
     FenceRefusal, FenceReset, FenceResetRequest, FencedAnswer, FencedWrite, OpIdReused, lock_key,
 };
+use crate::locks::lock_keys;
 use crate::record::Record;
 use crate::rejection::Rejection;
 use crate::resource::Resource;
-
-/// A transaction's lock keys: the resource's, plus one per fenced resource it claims.
-pub(crate) fn lock_keys(mut keys: Vec<String>, claims: &[FenceClaim]) -> Vec<String> {
-    keys.extend(claims.iter().map(|c| lock_key(&c.resource)));
-    dedup(keys)
-}
 
 /// A forced barrier record, then `reply`: the answer leaves only once everything logged before
 /// it is durable.

@@ -3,8 +3,9 @@
 
 use protocol::{DecisionQuery, DecisionQueryResponse, DecisionStatus, GlobalTxId};
 
-use super::phases::Sender;
-use super::{Command, Engine};
+use super::Engine;
+use super::sender::Sender;
+use super::types::Command;
 use crate::record::Fence;
 use crate::resource::Resource;
 

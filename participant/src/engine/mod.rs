@@ -10,12 +10,15 @@
 //! prepared transaction leaves the prepared set only through a commit or abort from the
 //! coordinator, or through the coordinator's answer to a decision query.
 
+mod decide;
 mod fenced;
 mod in_doubt;
-mod phases;
+mod prepare;
 mod replay;
 pub mod saga;
+mod sender;
 mod types;
+mod vote;
 mod waits;
 
 use std::collections::BTreeMap;
@@ -32,8 +35,8 @@ use waits::Waits;
 
 pub use crate::rejection::Rejection;
 pub use in_doubt::backoff_ms;
-pub(crate) use phases::Sender;
 pub(crate) use replay::LoggedPrepare;
+pub(crate) use sender::Sender;
 pub use types::{Command, EngineConfig, Event, PreparedTx, ReplayError, Reply};
 
 /// The participant state machine.

@@ -9,8 +9,9 @@
 use protocol::digest::Digest;
 use protocol::{GlobalTxId, TxId};
 
-use super::phases::Sender;
-use super::{Engine, PreparedTx, ReplayError};
+use super::Engine;
+use super::sender::Sender;
+use super::types::{PreparedTx, ReplayError};
 use crate::record::Record;
 use crate::resource::Resource;
 use crate::tombstones::Ended;
@@ -157,7 +158,7 @@ impl<R: Resource> Engine<R> {
             gtid: gtid.clone(),
             reason: e.0,
         })?;
-        let keys = super::fenced::lock_keys(self.resource.lock_keys(&staged), &claims);
+        let keys = crate::locks::lock_keys(self.resource.lock_keys(&staged), &claims);
         self.tombstones.remove(&gtid);
         self.locks.take(&gtid, &keys);
         self.prepared.insert(

@@ -163,7 +163,7 @@ impl<R: Resource> Engine<R> {
             .map_err(|e| Attempted::Failed(format!("invalid payload: {e}")))?;
         let claims = crate::fence::claims_in(payload)
             .map_err(|e| Attempted::Failed(format!("invalid payload: {}", e.0)))?;
-        let keys = super::fenced::lock_keys(self.resource.lock_keys(&staged), &claims);
+        let keys = crate::locks::lock_keys(self.resource.lock_keys(&staged), &claims);
         if let Some(locked) = keys.iter().find(|k| self.locks.holder(k).is_some()) {
             return Err(Attempted::Busy(format!(
                 "key {locked:?} is locked by a prepared transaction; ask again later"

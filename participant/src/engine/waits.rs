@@ -15,14 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use protocol::digest::Digest;
-use protocol::limits::REASON_LEN_MAX;
 use protocol::{GlobalTxId, TxId, Vote};
 
-use super::phases::{Holding, Sender, truncate};
-use super::{Command, Engine, Reply};
-use crate::record::Record;
+use super::Engine;
+use super::sender::Sender;
+use super::types::{Command, Reply};
+use super::vote::Holding;
 use crate::resource::Resource;
-use crate::tombstones::Ended;
 
 /// An attempt's place in the lock order: the older (smaller) first, the gtid breaking ties.
 pub(crate) type Order = (u64, GlobalTxId);
@@ -304,26 +303,15 @@ impl<R: Resource> Engine<R> {
         now_ms: u64,
         out: &mut Vec<Command>,
     ) {
-        let reason = truncate(reason, REASON_LEN_MAX);
-        self.tombstones.insert(
-            gtid.clone(),
-            Ended::Refused {
-                reason: reason.clone(),
-            },
-            Some(waiter.digest),
+        let (log, reason) = self.refuse(
+            gtid,
+            &waiter.sender,
+            waiter.digest,
+            reason,
+            waiter.raised,
             now_ms,
         );
-        out.push(Command::Log {
-            record: Record::Refused {
-                gtid: gtid.clone(),
-                coordinator_id: waiter.sender.coordinator_id.clone(),
-                epoch: waiter.sender.epoch,
-                incarnation: waiter.sender.incarnation,
-                reason: reason.clone(),
-                at_ms: now_ms,
-            },
-            forced: waiter.raised,
-        });
+        out.push(log);
         deliver_all(out, waiter.requests, &Reply::Vote(Vote::No { reason }));
     }
 }
