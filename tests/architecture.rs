@@ -339,7 +339,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "coordinator/src/config.rs",
         "coordinator/src/runtime/mod.rs",
     ],
-    &["participant/src/open.rs", "participant/src/service.rs"],
     &[
         "participant/src/auth.rs",
         "participant/src/cross_site.rs",

@@ -176,6 +176,10 @@ impl<R: Resource> Participant<R> {
                 incarnation = %entry.incarnation, position = entry.position, keys = ?entry.keys,
                 "in doubt after restart; keys stay locked");
         }
-        Participant::from_parts(engine, wal, config, lock)
+        let client = crate::decision_client::build(
+            config.decision_timeout_ms,
+            config.coordinator_tls.clone(),
+        )?;
+        Ok(Participant::from_parts(engine, wal, config, lock, client))
     }
 }

@@ -133,12 +133,9 @@ impl<R: Resource> Participant<R> {
         wal: Wal,
         config: ParticipantConfig,
         dir_lock: File,
-    ) -> Result<Self, crate::open::OpenError> {
-        let client = crate::decision_client::build(
-            config.decision_timeout_ms,
-            config.coordinator_tls.clone(),
-        )?;
-        Ok(Self {
+        client: reqwest::Client,
+    ) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     engine,
@@ -156,7 +153,7 @@ impl<R: Resource> Participant<R> {
                 client,
                 _dir_lock: dir_lock,
             }),
-        })
+        }
     }
 
     pub fn config(&self) -> &ParticipantConfig {
