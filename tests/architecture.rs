@@ -339,12 +339,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "coordinator/src/config.rs",
         "coordinator/src/runtime/mod.rs",
     ],
-    &[
-        "participant/src/auth.rs",
-        "participant/src/cross_site.rs",
-        "participant/src/fence_http.rs",
-        "participant/src/http.rs",
-    ],
     &["participant/src/cli.rs", "participant/src/postgres/cli.rs"],
     &[
         "chaos-tests/src/sim/operator.rs",

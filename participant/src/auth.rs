@@ -12,8 +12,8 @@ use protocol::auth::{Access, Denied, KeyRing, REALM, TokenFiles};
 use protocol::{ErrorCode, routes};
 use tracing::Instrument;
 
+use crate::api_error::ApiError;
 use crate::cross_site::Served;
-use crate::http::ApiError;
 
 /// Every (method, path) the reference participant (`twopc participant`) serves.
 pub const ROUTES: &[(&str, &str)] = &[

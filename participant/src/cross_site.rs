@@ -9,7 +9,7 @@ use axum::http::header;
 use protocol::auth::KeyRing;
 use protocol::cross_site::{self, RequestFacts};
 
-use crate::http::ApiError;
+use crate::api_error::ApiError;
 
 /// What the check needs of the server: its tokens, and whether it listens on loopback.
 #[derive(Debug, Clone)]

@@ -12,8 +12,8 @@ use protocol::ErrorCode;
 use protocol::auth::Caller;
 use protocol::lease::{FenceReset, FenceResetBody, FenceStatus, check_lease_id};
 
+use crate::api_error::{ApiError, json_body, path_param};
 use crate::fence::FenceResetRequest;
-use crate::http::{ApiError, json_body, path_param};
 use crate::resource::Resource;
 use crate::service::Participant;
 

@@ -12,6 +12,7 @@
 //! It does not depend on the coordinator crate.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod api_error;
 pub mod auth;
 pub mod cli;
 pub mod config;

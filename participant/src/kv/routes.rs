@@ -12,8 +12,9 @@ use protocol::kv::KvEntry;
 use protocol::lease::{FencedPutRequest, FencedPutResponse};
 use protocol::{ErrorCode, routes};
 
+use crate::api_error::{ApiError, json_body, path_param};
 use crate::fence::{FencedAnswer, FencedWrite};
-use crate::http::{ApiError, finish, json_body, path_param};
+use crate::http::finish;
 use crate::kv::KvStore;
 use crate::service::Participant;
 

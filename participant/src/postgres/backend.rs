@@ -22,8 +22,8 @@ use super::policy::{self, AbortMissing, CommitMissing, Fence, Known, Recorded};
 use super::pool::Pool;
 use super::schema;
 use super::work::{PgWork, WorkRefusal};
+use crate::api_error::ApiError;
 use crate::crash::crash_point;
-use crate::http::ApiError;
 use crate::rejection::Rejection;
 
 /// Crash point: `PREPARE TRANSACTION` returned, the yes vote not yet sent.

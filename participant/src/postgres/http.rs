@@ -17,7 +17,7 @@ use net::exposition::Exposition;
 use super::backend::{PgMetrics, PgParticipant};
 use super::in_doubt::PgPreparedList;
 use super::work::PgWork;
-use crate::http::{ApiError, json_body};
+use crate::api_error::{ApiError, json_body};
 
 impl<W: PgWork> PgParticipant<W> {
     /// The routes; pass the router through [`crate::finish`].
