@@ -339,7 +339,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "coordinator/src/config.rs",
         "coordinator/src/runtime/mod.rs",
     ],
-    &["participant/src/cli.rs", "participant/src/postgres/cli.rs"],
     &[
         "chaos-tests/src/sim/operator.rs",
         "chaos-tests/src/sim/trace.rs",

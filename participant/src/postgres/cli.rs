@@ -1,29 +1,15 @@
 //! `twopc participant --backend postgres`: the ready-made PostgreSQL participant, serving the
 //! statements of a file (see [`super::statements`]).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::backend::PgParticipant;
 use super::config::PgConfig;
 use super::error::PgError;
 use super::statements::Statements;
-use crate::cli::Args;
-
-/// The flags only the postgres backend reads (every flag is in docs/operations.md).
-#[derive(Debug, Clone, clap::Args)]
-pub struct PgArgs {
-    /// PostgreSQL connection string (`postgres://user:password@127.0.0.1:5432/db`); also read
-    /// from TWOPC_PARTICIPANT_POSTGRES_URL so the password stays off the command line.
-    #[arg(long, env = "TWOPC_PARTICIPANT_POSTGRES_URL")]
-    pub postgres_url: Option<String>,
-    /// JSON file of the named, parameterised statements a transaction may run.
-    #[arg(long)]
-    pub statements: Option<PathBuf>,
-    /// Most PostgreSQL sessions open at once (each running prepare holds one).
-    #[arg(long, default_value_t = 16)]
-    pub postgres_connections: usize,
-}
+use crate::cli::args::Args;
+pub use crate::cli::args::PgArgs;
+use crate::cli::shutdown::shutdown_signal;
 
 /// Exit codes as the kv backend's: 2 bad configuration (including every setup mistake found at
 /// start: unreachable server, wrong credentials, `max_prepared_transactions = 0`, a statement
@@ -131,7 +117,7 @@ async fn serve(args: &Args) -> ExitCode {
         crate::http::finish(participant.router()),
         server_tls,
         limits,
-        crate::cli::shutdown_signal(),
+        shutdown_signal(),
     )
     .await;
     resolver.abort();
