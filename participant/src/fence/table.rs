@@ -8,10 +8,13 @@
 //! token below the floor. Tokens come from one counter for every lease name, so the next grant
 //! of any lease is above every pruned token: pruning frees memory without letting a stale
 //! holder back in. Every pruned entry is counted (`Pruned`, exported as metrics), never
-//! dropped silently.
+//! dropped silently. The retention pass is `retention`'s.
 //!
 //! The only way a highest token falls is an operator's reset ([`FenceReset`]): audited,
-//! logged, and compare-and-set on the highest the operator saw.
+//! logged, and compare-and-set on the highest the operator saw (`reset`).
+
+mod reset;
+mod retention;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,10 +24,8 @@ pub use protocol::lease::FenceReset;
 use serde::{Deserialize, Serialize};
 
 use super::policy::{FencePolicy, FenceRefusal, StaleToken};
-
-/// Most resets kept in the table's audit trail (the oldest go first; each is also in the log
-/// until a checkpoint drops its segment).
-pub const RESETS_KEPT_MAX: usize = 1_000;
+pub use reset::{FenceResetRequest, RESETS_KEPT_MAX, ResetRefused};
+pub use retention::FenceRetention;
 
 /// The first answer to a fenced write, kept by its `op_id`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,64 +45,11 @@ pub enum FencedAnswer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpIdReused;
 
-/// How long entries are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FenceRetention {
-    /// A resource's highest token, after its last accepted write.
-    pub highest_ms: u64,
-    /// An op id's answer, after it was given.
-    pub answers_ms: u64,
-    /// Most op answers kept.
-    pub answers_max: usize,
-}
-
-impl Default for FenceRetention {
-    fn default() -> Self {
-        FenceRetention {
-            highest_ms: 7 * 24 * 60 * 60 * 1000,
-            answers_ms: 24 * 60 * 60 * 1000,
-            answers_max: 1_000_000,
-        }
-    }
-}
-
 /// Entries the retention took, since the table was created (carried in checkpoints).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pruned {
     pub highest: u64,
     pub answers: u64,
-}
-
-/// An operator's reset of one resource's highest token: `POST /v1/fences/{resource}/reset`
-/// with a [`protocol::lease::FenceResetBody`], the operator's name from their token when
-/// authentication is on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceResetRequest {
-    pub resource: String,
-    /// The highest token the operator saw: the reset applies only if it still is the highest.
-    pub from: u64,
-    /// The new highest: below `from`.
-    pub to: u64,
-    pub operator: String,
-    pub reason: String,
-}
-
-/// Why a reset is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResetRefused {
-    #[error("no token was ever accepted for {resource:?} here; there is nothing to reset")]
-    Unknown { resource: String },
-    #[error(
-        "the highest token for {resource:?} is {highest}, not {expected}: it changed since it \
-         was read; read it again and decide again"
-    )]
-    Changed {
-        resource: String,
-        expected: u64,
-        highest: u64,
-    },
-    #[error("a reset lowers the highest token: to ({to}) must be below from ({from})")]
-    NotLower { from: u64, to: u64 },
 }
 
 /// Highest accepted token per fenced resource, and the first answer per fenced-write op id.
@@ -282,114 +230,6 @@ impl Fences {
         self.remember(op_id, digest, answer, at_ms);
     }
 
-    /// Checks an operator's reset against the table as it stands.
-    pub fn check_reset(&self, request: &FenceResetRequest) -> Result<(), ResetRefused> {
-        let resource = &request.resource;
-        let Some(highest) = self.effective_highest(resource) else {
-            return Err(ResetRefused::Unknown {
-                resource: resource.clone(),
-            });
-        };
-        if highest != request.from {
-            return Err(ResetRefused::Changed {
-                resource: resource.clone(),
-                expected: request.from,
-                highest,
-            });
-        }
-        if request.to >= request.from {
-            return Err(ResetRefused::NotLower {
-                from: request.from,
-                to: request.to,
-            });
-        }
-        Ok(())
-    }
-
-    /// Lowers a resource's highest token (live, once checked, and at replay, in log order).
-    pub fn apply_reset(&mut self, reset: FenceReset) {
-        self.highest.insert(reset.resource.clone(), reset.to);
-        self.stamp_written(&reset.resource, reset.at_ms);
-        self.recompute_ceiling();
-        self.resets.push(reset);
-        if self.resets.len() > RESETS_KEPT_MAX {
-            let excess = self.resets.len() - RESETS_KEPT_MAX;
-            self.resets.drain(..excess);
-        }
-    }
-
-    /// Drops what `retention` no longer keeps, as of `now_ms`; a resource for which `locked`
-    /// says a prepared transaction holds its fence is kept. Returns what it took.
-    pub fn prune(
-        &mut self,
-        now_ms: u64,
-        retention: &FenceRetention,
-        locked: impl Fn(&str) -> bool,
-    ) -> Pruned {
-        if self.unstamped {
-            self.stamp_all(now_ms);
-        }
-        let mut took = Pruned::default();
-        let cutoff = now_ms.saturating_sub(retention.highest_ms);
-        let due: Vec<(u64, String)> = self
-            .by_written
-            .iter()
-            .take_while(|(at, _)| *at < cutoff)
-            .filter(|(_, resource)| !locked(resource))
-            .cloned()
-            .collect();
-        for (at, resource) in due {
-            self.by_written.remove(&(at, resource.clone()));
-            self.written_at_ms.remove(&resource);
-            if let Some(highest) = self.highest.remove(&resource) {
-                self.floor = self.floor.max(highest);
-                took.highest += 1;
-            }
-        }
-        let cutoff = now_ms.saturating_sub(retention.answers_ms);
-        while let Some((at, op_id)) = self.by_answered.first().cloned() {
-            let over_count = self.answers.len() > retention.answers_max;
-            if at >= cutoff && !over_count {
-                break;
-            }
-            self.by_answered.remove(&(at, op_id.clone()));
-            self.answered_at_ms.remove(&op_id);
-            self.digests.remove(&op_id);
-            if self.answers.remove(&op_id).is_some() {
-                took.answers += 1;
-            }
-        }
-        if took.highest > 0 {
-            self.recompute_ceiling();
-        }
-        self.pruned.highest += took.highest;
-        self.pruned.answers += took.answers;
-        took
-    }
-
-    fn stamp_all(&mut self, now_ms: u64) {
-        let resources: Vec<String> = self
-            .highest
-            .keys()
-            .filter(|r| !self.written_at_ms.contains_key(*r))
-            .cloned()
-            .collect();
-        for resource in resources {
-            self.stamp_written(&resource, now_ms);
-        }
-        let ops: Vec<String> = self
-            .answers
-            .keys()
-            .filter(|op| !self.answered_at_ms.contains_key(*op))
-            .cloned()
-            .collect();
-        for op_id in ops {
-            self.answered_at_ms.insert(op_id.clone(), now_ms);
-            self.by_answered.insert((now_ms, op_id));
-        }
-        self.unstamped = false;
-    }
-
     /// Fenced resources and remembered answers (for checkpoint pacing).
     pub fn len(&self) -> usize {
         self.highest.len() + self.answers.len()
@@ -401,204 +241,5 @@ impl Fences {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn claim(token: u64) -> FenceClaim {
-        FenceClaim::unproven("orders", token)
-    }
-
-    fn open() -> FencePolicy {
-        FencePolicy {
-            keys: None,
-            jump_max: u64::MAX,
-        }
-    }
-
-    fn stale(token: u64, highest: u64) -> FenceRefusal {
-        FenceRefusal::Stale(StaleToken {
-            resource: "orders".into(),
-            token,
-            highest,
-        })
-    }
-
-    #[test]
-    fn lower_tokens_are_stale_equal_and_higher_pass_and_highest_never_falls() {
-        let mut fences = Fences::default();
-        assert!(fences.check(&claim(41), &open()).is_ok());
-        fences.accept(&claim(42), 1);
-        assert_eq!(fences.check(&claim(41), &open()), Err(stale(41, 42)));
-        assert!(fences.check(&claim(42), &open()).is_ok());
-        fences.accept(&claim(7), 2);
-        assert_eq!(fences.highest("orders"), Some(42));
-    }
-
-    #[test]
-    fn the_jump_bound_counts_from_the_highest_token_of_any_resource() {
-        let mut fences = Fences::default();
-        let bounded = FencePolicy {
-            keys: None,
-            jump_max: 100,
-        };
-        assert!(fences.check(&claim(100), &bounded).is_ok());
-        assert!(matches!(
-            fences.check(&claim(u64::MAX), &bounded),
-            Err(FenceRefusal::TooHigh { ceiling: 0, .. })
-        ));
-        fences.accept(&FenceClaim::unproven("other", 1_000), 1);
-        assert!(fences.check(&claim(1_100), &bounded).is_ok());
-        assert!(fences.check(&claim(1_101), &bounded).is_err());
-    }
-
-    #[test]
-    fn the_first_answer_is_kept() {
-        let mut fences = Fences::default();
-        let first = FencedAnswer::Applied {
-            token: 1,
-            receipt: json!({"version": 1}),
-        };
-        let digest = Digest(1);
-        fences.remember("w-1", digest, first.clone(), 5);
-        fences.remember(
-            "w-1",
-            Digest(2),
-            FencedAnswer::Applied {
-                token: 2,
-                receipt: json!(null),
-            },
-            6,
-        );
-        assert_eq!(fences.answer("w-1"), Some(&first));
-        assert_eq!(fences.repeat("w-1", digest), Ok(Some(&first)));
-        assert_eq!(fences.repeat("w-1", Digest(2)), Err(OpIdReused));
-        assert_eq!(fences.repeat("w-2", Digest(2)), Ok(None));
-    }
-
-    #[test]
-    fn a_reset_is_compare_and_set_and_only_lowers() {
-        let mut fences = Fences::default();
-        fences.accept(&claim(u64::MAX), 1);
-        let request = |from, to| FenceResetRequest {
-            resource: "orders".into(),
-            from,
-            to,
-            operator: "alice".into(),
-            reason: "a typo fenced it off".into(),
-        };
-        assert!(matches!(
-            fences.check_reset(&FenceResetRequest {
-                resource: "nobody".into(),
-                ..request(1, 0)
-            }),
-            Err(ResetRefused::Unknown { .. })
-        ));
-        assert!(matches!(
-            fences.check_reset(&request(5, 0)),
-            Err(ResetRefused::Changed { highest, .. }) if highest == u64::MAX
-        ));
-        assert!(matches!(
-            fences.check_reset(&request(u64::MAX, u64::MAX)),
-            Err(ResetRefused::NotLower { .. })
-        ));
-        assert_eq!(fences.check_reset(&request(u64::MAX, 3)), Ok(()));
-        fences.apply_reset(FenceReset {
-            resource: "orders".into(),
-            from: u64::MAX,
-            to: 3,
-            operator: "alice".into(),
-            reason: "typo".into(),
-            at_ms: 9,
-        });
-        assert_eq!(fences.highest("orders"), Some(3));
-        assert!(fences.check(&claim(3), &open()).is_ok());
-        assert_eq!(fences.check(&claim(2), &open()), Err(stale(2, 3)));
-        assert_eq!(fences.resets().len(), 1);
-        let bounded = FencePolicy {
-            keys: None,
-            jump_max: 10,
-        };
-        assert!(
-            fences.check(&claim(13), &bounded).is_ok(),
-            "the ceiling falls with the reset"
-        );
-    }
-
-    #[test]
-    fn retention_takes_old_answers_and_idle_resources_into_the_floor() {
-        let retention = FenceRetention {
-            highest_ms: 100,
-            answers_ms: 50,
-            answers_max: 2,
-        };
-        let mut fences = Fences::default();
-        fences.accept(&claim(10), 0);
-        fences.accept(&FenceClaim::unproven("busy", 20), 0);
-        fences.accept(&FenceClaim::unproven("locked", 30), 0);
-        let applied = FencedAnswer::Applied {
-            token: 10,
-            receipt: json!(null),
-        };
-        for (i, op) in ["a", "b", "c"].iter().enumerate() {
-            fences.remember(op, Digest(i as u128), applied.clone(), 10 + i as u64);
-        }
-        // Over the count: the oldest answer goes at once.
-        let took = fences.prune(20, &retention, |_| false);
-        assert_eq!(
-            took,
-            Pruned {
-                highest: 0,
-                answers: 1
-            }
-        );
-        assert!(fences.answer("a").is_none() && fences.answer("b").is_some());
-        fences.accept(&FenceClaim::unproven("busy", 21), 90);
-        let took = fences.prune(150, &retention, |r| r == "fence:locked" || r == "locked");
-        assert_eq!(
-            took,
-            Pruned {
-                highest: 1,
-                answers: 2
-            }
-        );
-        assert_eq!(fences.highest("orders"), None);
-        assert_eq!(fences.highest("busy"), Some(21));
-        assert_eq!(
-            fences.highest("locked"),
-            Some(30),
-            "a locked resource stays"
-        );
-        assert_eq!(fences.floor(), 10);
-        // The pruned resource still refuses its old holders: the floor stands for it.
-        assert_eq!(fences.check(&claim(9), &open()), Err(stale(9, 10)));
-        assert!(fences.check(&claim(10), &open()).is_ok());
-        assert_eq!(
-            fences.pruned(),
-            Pruned {
-                highest: 1,
-                answers: 3
-            }
-        );
-    }
-
-    #[test]
-    fn a_snapshot_round_trip_keeps_times_and_older_snapshots_are_stamped_on_the_first_pass() {
-        let mut fences = Fences::default();
-        fences.accept(&claim(4), 7);
-        let mut back: Fences =
-            serde_json::from_value(serde_json::to_value(&fences).unwrap()).unwrap();
-        back.reindex();
-        assert_eq!(back, fences);
-        let mut old: Fences =
-            serde_json::from_value(json!({"highest": {"orders": 4}, "answers": {}})).unwrap();
-        old.reindex();
-        let retention = FenceRetention {
-            highest_ms: 100,
-            ..FenceRetention::default()
-        };
-        assert_eq!(old.prune(1_000, &retention, |_| false).highest, 0);
-        assert_eq!(old.written_at_ms("orders"), Some(1_000));
-        assert_eq!(old.prune(1_101, &retention, |_| false).highest, 1);
-    }
-}
+#[path = "table_tests.rs"]
+mod tests;
