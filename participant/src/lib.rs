@@ -10,6 +10,24 @@
 //! prepared record is durable, never ack a decision before its record is durable, and never
 //! call a URL that a request handed it (the coordinator's URL comes from configuration only).
 //! It does not depend on the coordinator crate.
+//!
+//! The files stand in floors, each importing only from what comes before it in this list (no
+//! circles; `tests/architecture.rs` checks):
+//!
+//! 1. the ground: [`resource`] (what a service plugs in), [`tombstones`], [`epoch_bound`],
+//!    [`crash`], [`decision_client`], `metrics`, then [`fence`] (fencing tokens), `locks`,
+//!    `rejection`, and what the log holds: `saga_barrier` (what the saga barrier remembers)
+//!    and [`record`];
+//! 2. the engine: [`engine`], the pure state machine (inside it, `types` and `sender`, then
+//!    `vote`, `waits`, then `prepare`, `decide`, `in_doubt`, `fenced`, `saga`, `replay`), its
+//!    checkpoint [`snapshot`], and [`config`];
+//! 3. the shell: [`service`] (the engine behind a mutex, with the log), [`open`] (recovery),
+//!    `resolver` (in-doubt queries) and `saga_service`;
+//! 4. HTTP: `api_error` (the error body every route answers with), `cross_site` and [`auth`]
+//!    (the guard), `fence_http`, then [`http`] (the routes);
+//! 5. the process: [`cli::args`] (every flag), the services that read them, [`kv`] (the
+//!    reference store, its routes and its process) and [`postgres`] (the PostgreSQL
+//!    backend), and last [`cli`], `twopc participant`, which picks the backend.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod api_error;
