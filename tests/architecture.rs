@@ -355,11 +355,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "participant/src/http.rs",
     ],
     &["participant/src/cli.rs", "participant/src/postgres/cli.rs"],
-    &[
-        "chaos-tests/src/sim/operator.rs",
-        "chaos-tests/src/sim/trace.rs",
-        "chaos-tests/src/sim/world.rs",
-    ],
 ];
 
 #[test]

@@ -32,6 +32,7 @@ mod operator;
 mod participant_node;
 mod saga_reuse;
 mod saga_world;
+mod scheduler;
 mod trace;
 mod world;
 
