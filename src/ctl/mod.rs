@@ -3,6 +3,9 @@
 //!
 //! Exit codes: 0 done; 1 the coordinator refused or failed (its error is printed); 2 bad
 //! usage; 3 the coordinator could not be reached.
+//!
+//! This file holds the command line and its dispatch; `call` one request to the coordinator
+//! and the exit code its answer means, `text` the readable form of what it serves.
 
 mod call;
 mod text;
