@@ -19,6 +19,24 @@
 //! engines' private state: it sees only what their public API and the logged records show.
 //!
 //! Test-only [`Mutation`]s break the runtimes' ordering on purpose, to show the checks catch it.
+//!
+//! **Map**, floor by floor (a file imports only from the floors below it):
+//! - this file's run types ([`SimConfig`], [`Mutation`], [`RunStats`], [`Failure`]), `net`
+//!   (messages, events, the queue, the network's faults) and `disk` (a node's log as its disk
+//!   keeps it);
+//! - `io` (what one node step may do: send, arm timers, take notes for the trace);
+//! - `coordinator_node` and `participant_node`, the runtimes' contracts around the real
+//!   engines (`coordinator_node/` has a file per role), then `forger` (what an adversary
+//!   without the peer token can send);
+//! - `world`: one run's state and what its seed draws before the first step;
+//! - `invariants`, `operator` and `trace`, each acting on the world: the checks, the operator
+//!   who resolves what the coordinator cannot, the step trace;
+//! - `scheduler`: the event loop over all of them ([`run_seed`] and [`fingerprint`] start it).
+//!
+//! Beside it, worlds of their own, each a folder with its state in `mod.rs` and the files that
+//! act on it beside: `saga_world` (sagas under faults and clock steps), `saga_reuse` (saga ids
+//! reused by other coordinators) and `fencing` (leases and fenced writes), whose adversaries
+//! are `fencing_adversary`.
 
 mod coordinator_node;
 mod disk;
@@ -32,6 +50,7 @@ mod operator;
 mod participant_node;
 mod saga_reuse;
 mod saga_world;
+mod scheduler;
 mod trace;
 mod world;
 
