@@ -11,8 +11,8 @@ use protocol::{
 };
 
 use crate::digest::Digest;
-pub use crate::engine::ResolvedAttempt;
 use crate::leases::{LeaseRecord, LeaseSnapshot};
+use crate::saga::facts::Fact;
 use protocol::operator::AuditEntry;
 
 /// WAL record types owned by the coordinator (1..=127 per the WAL contract).
@@ -188,6 +188,33 @@ pub struct SagaEndRecord {
     pub elapsed_ms: u64,
 }
 
+/// Per-step counters and the last thing learned, for the answer (kept in the checkpoint).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepProgress {
+    pub attempts: u32,
+    pub compensation_attempts: u32,
+    pub last_error: Option<String>,
+    pub result: Option<serde_json::Value>,
+}
+
+/// One saga as the checkpoint keeps it: what its records folded into, without what only a
+/// running process has (in flight, waiters, backoff), which the saga engine adds on replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SagaSnapshot {
+    pub begin: SagaBeginRecord,
+    pub facts: Vec<Fact>,
+    pub progress: Vec<StepProgress>,
+    pub timed_out: bool,
+    /// Successes counted so far (the planner's order numbers).
+    pub successes: u32,
+    pub ended: Option<SagaEndRecord>,
+    /// How long the saga had run as of its last record or checkpoint (downtime not counted):
+    /// where its clock resumes after a restart. 0 in checkpoints written before it was kept,
+    /// so such a saga gets its whole timeout again from the restart.
+    #[serde(default)]
+    pub elapsed_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BehindRecord {
     pub evidence: String,
@@ -287,6 +314,18 @@ pub struct Retained {
     pub ended_at_ms: u64,
 }
 
+/// One attempt an operator resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedAttempt {
+    pub gtid: GlobalTxId,
+    pub txid: TxId,
+    pub decision: Decision,
+    pub audit_seq: u64,
+    pub at_ms: u64,
+    pub operator: String,
+    pub reason: String,
+}
+
 /// The checkpoint: everything recovery needs, so older segments can go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -316,7 +355,7 @@ pub struct Snapshot {
     pub hand_resolved_sagas: Vec<(TxId, protocol::operator::HandResolution)>,
     /// Every saga the log holds, live and ended (issue 13).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sagas: Vec<crate::saga::engine::Saga>,
+    pub sagas: Vec<SagaSnapshot>,
     /// The lease service's state (absent in checkpoints written before leases).
     #[serde(default, skip_serializing_if = "LeaseSnapshot::is_empty")]
     pub leases: LeaseSnapshot,

@@ -42,7 +42,7 @@ pub use backoff::retry_delay_ms;
 pub use epoch::{EPOCH_RAISE_MAX, EPOCH_RAISES_MAX, EpochState, Fenced};
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use load::{Bounds, Load};
-pub use operator::{AUDIT_KEPT, OperatorSnapshot, ResolvedAttempt};
+pub use operator::{AUDIT_KEPT, OperatorSnapshot};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
 pub use view::{AnswerSource, DecisionAnswer, Owner};

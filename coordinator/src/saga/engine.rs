@@ -21,8 +21,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use protocol::TxId;
 use protocol::saga::{
     OpKind, SagaRequest, SagaResponse, SagaState, SagaStepStatus, StepStatus, op_id,
@@ -33,9 +31,13 @@ use crate::engine::WaiterId;
 use crate::engine::retry_delay_ms;
 use crate::records::{
     LogRecord, SagaBeginRecord, SagaEndRecord, SagaIdRecord, SagaOpOutcome, SagaRecord,
-    SagaStepOutcome, SagaStepStarted,
+    SagaSnapshot, SagaStepOutcome, SagaStepStarted, StepProgress,
 };
 use crate::saga::planner::{self, Decision, Fact, LogEvent, PlanStep};
+
+/// A saga as a checkpoint keeps it, by the name the checkpoint's users (the simulation) know
+/// it under here; the log's types live in `records`.
+pub use crate::records::SagaSnapshot as Saga;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SagaConfig {
@@ -157,15 +159,6 @@ pub enum SagaReply {
     Conflict(TxId),
 }
 
-/// Per-step counters and the last thing learned, for the answer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepProgress {
-    pub attempts: u32,
-    pub compensation_attempts: u32,
-    pub last_error: Option<String>,
-    pub result: Option<serde_json::Value>,
-}
-
 /// What is in flight for a saga (never logged: after a restart nothing is).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Busy {
@@ -184,9 +177,10 @@ struct RunningSince {
     elapsed_ms: u64,
 }
 
-/// One saga as the table (and the checkpoint) keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Saga {
+/// One saga in the engine's table: what its records say (the part a checkpoint keeps, as a
+/// [`SagaSnapshot`]) and what only this run has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SagaEntry {
     pub begin: SagaBeginRecord,
     pub facts: Vec<Fact>,
     pub progress: Vec<StepProgress>,
@@ -194,32 +188,23 @@ pub struct Saga {
     /// Successes counted so far (the planner's order numbers).
     pub successes: u32,
     pub ended: Option<SagaEndRecord>,
-    /// How long the saga had run as of its last record or checkpoint (downtime not counted):
-    /// where its clock resumes after a restart. 0 in checkpoints written before it was kept,
-    /// so such a saga gets its whole timeout again from the restart.
-    #[serde(default)]
+    /// How long the saga had run as of its last record or checkpoint (see
+    /// [`SagaSnapshot::elapsed_ms`]).
     pub elapsed_ms: u64,
     /// This run's clock reading from which its elapsed time advances (`None` until the saga
     /// begins or resumes in this run).
-    #[serde(skip)]
     running_since: Option<RunningSince>,
-    #[serde(skip)]
     pub busy: Busy,
-    #[serde(skip)]
     pub waiters: Vec<WaiterId>,
     /// Consecutive failures of the current operation, for the backoff.
-    #[serde(skip)]
     pub failures: u32,
     /// Records applied here whose durability the shell has not reported yet.
-    #[serde(skip)]
     pub unsynced: u32,
     /// Repeated submits that wait for those records before they are answered.
-    #[serde(skip)]
     held: Vec<HeldSubmit>,
     /// This saga as of its last durable record: what reads show (`None`: its begin is not
     /// durable yet, so it is not shown at all).
-    #[serde(skip)]
-    shown: Option<Box<Saga>>,
+    shown: Option<Box<SagaEntry>>,
 }
 
 /// A submit of a known saga, answered once the saga's records are durable.
@@ -230,10 +215,10 @@ struct HeldSubmit {
     digest: Digest,
 }
 
-impl Saga {
-    fn new(begin: SagaBeginRecord) -> Saga {
+impl SagaEntry {
+    fn new(begin: SagaBeginRecord) -> SagaEntry {
         let n = begin.request.steps.len();
-        Saga {
+        SagaEntry {
             begin,
             facts: vec![Fact::NotRun; n],
             progress: vec![StepProgress::default(); n],
@@ -262,15 +247,30 @@ impl Saga {
         self.waiters = waiters;
     }
 
-    /// This saga without what only a running process has (in flight, waiters, backoff).
-    fn durable(&self) -> Saga {
-        Saga {
+    /// A checkpoint's saga, with nothing of a running process yet (nothing in flight, no
+    /// waiters, no backoff).
+    fn from_snapshot(snapshot: SagaSnapshot) -> SagaEntry {
+        SagaEntry {
             busy: Busy::Idle,
             waiters: Vec::new(),
             failures: 0,
             unsynced: 0,
             held: Vec::new(),
             shown: None,
+            begin: snapshot.begin,
+            facts: snapshot.facts,
+            progress: snapshot.progress,
+            timed_out: snapshot.timed_out,
+            successes: snapshot.successes,
+            ended: snapshot.ended,
+            elapsed_ms: snapshot.elapsed_ms,
+            running_since: None,
+        }
+    }
+
+    /// This saga without what only a running process has (in flight, waiters, backoff).
+    fn durable(&self) -> SagaSnapshot {
+        SagaSnapshot {
             begin: self.begin.clone(),
             facts: self.facts.clone(),
             progress: self.progress.clone(),
@@ -278,7 +278,6 @@ impl Saga {
             successes: self.successes,
             ended: self.ended.clone(),
             elapsed_ms: self.elapsed_ms,
-            running_since: None,
         }
     }
 
@@ -467,7 +466,7 @@ impl Saga {
 #[derive(Debug, Clone)]
 pub struct SagaEngine {
     config: SagaConfig,
-    sagas: BTreeMap<TxId, Saga>,
+    sagas: BTreeMap<TxId, SagaEntry>,
 }
 
 impl SagaEngine {
@@ -481,12 +480,14 @@ impl SagaEngine {
     /// Rebuilds the table from a checkpoint's sagas and the records after it.
     pub fn replay<'a>(
         config: SagaConfig,
-        snapshot: Vec<Saga>,
+        snapshot: Vec<SagaSnapshot>,
         records: impl IntoIterator<Item = &'a LogRecord>,
     ) -> SagaEngine {
         let mut engine = SagaEngine::new(config);
         for saga in snapshot {
-            engine.sagas.insert(saga.begin.id.clone(), saga.durable());
+            engine
+                .sagas
+                .insert(saga.begin.id.clone(), SagaEntry::from_snapshot(saga));
         }
         for record in records {
             if let LogRecord::Saga(record) = record {
@@ -504,7 +505,7 @@ impl SagaEngine {
         if let SagaRecord::Begin(begin) = record {
             self.sagas
                 .entry(begin.id.clone())
-                .or_insert_with(|| Saga::new(begin.clone()));
+                .or_insert_with(|| SagaEntry::new(begin.clone()));
             return;
         }
         if let Some(saga) = self.sagas.get_mut(record.saga_id()) {
@@ -586,7 +587,7 @@ impl SagaEngine {
     /// The checkpoint's copy at `now_ms`: only what the log holds (nothing in flight, no
     /// waiters), and each live saga's elapsed time as of now, so that a restart after it
     /// loses at most the time since (besides its downtime).
-    pub fn snapshot(&self, now_ms: u64) -> Vec<Saga> {
+    pub fn snapshot(&self, now_ms: u64) -> Vec<SagaSnapshot> {
         self.sagas
             .values()
             .map(|saga| {
@@ -600,12 +601,12 @@ impl SagaEngine {
     }
 
     /// The saga as of its last durable record (reads never show what a crash can take back).
-    pub fn get(&self, id: &TxId) -> Option<&Saga> {
+    pub fn get(&self, id: &TxId) -> Option<&SagaEntry> {
         self.sagas.get(id).and_then(|saga| saga.shown.as_deref())
     }
 
     /// Every saga as of its last durable record.
-    fn shown(&self) -> impl Iterator<Item = &Saga> {
+    fn shown(&self) -> impl Iterator<Item = &SagaEntry> {
         self.sagas.values().filter_map(|saga| saga.shown.as_deref())
     }
 
@@ -618,7 +619,7 @@ impl SagaEngine {
             SagaState::Compensated => 3,
             SagaState::Completed => 4,
         };
-        let mut found: Vec<(u8, u64, &Saga)> = self
+        let mut found: Vec<(u8, u64, &SagaEntry)> = self
             .shown()
             .map(|saga| (saga.state(), saga))
             .filter(|(s, _)| state.is_none_or(|wanted| wanted == *s))
