@@ -87,7 +87,7 @@ pub struct Config {
     /// never from the config file.
     pub fsync: bool,
     /// Unknown-attempt decision queries answered per second per caller address, and at once
-    /// (`api::query_limit`); beyond them 429 `rate_limited`.
+    /// (`query_limit`); beyond them 429 `rate_limited`.
     pub decision_query_rate: u64,
     pub decision_query_burst: u64,
     /// The token files (`--client-token-file` and the rest); reread on SIGHUP.
@@ -556,11 +556,11 @@ impl Config {
     }
 
     /// The budget of unknown-attempt decision queries per caller.
-    pub fn decision_query_limit(&self) -> crate::api::QueryLimit {
-        crate::api::QueryLimit {
+    pub fn decision_query_limit(&self) -> crate::query_limit::QueryLimit {
+        crate::query_limit::QueryLimit {
             per_second: self.decision_query_rate as f64,
             burst: self.decision_query_burst as f64,
-            ..crate::api::QueryLimit::default()
+            ..crate::query_limit::QueryLimit::default()
         }
     }
 

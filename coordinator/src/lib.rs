@@ -25,6 +25,7 @@ pub mod http_client;
 pub mod leases;
 pub mod metrics;
 pub mod outcomes;
+pub mod query_limit;
 pub mod records;
 pub mod runtime;
 pub mod saga;
