@@ -47,8 +47,8 @@ use protocol::{ErrorCode, routes};
 use crate::metrics::{Metrics, Sampled};
 use crate::runtime::Core;
 
-pub use error::ApiError;
 pub use crate::query_limit::{QueryLimit, QueryLimiter};
+pub use error::ApiError;
 
 /// Every (method, path) the API serves; the OpenAPI document must list exactly these.
 pub const ROUTES: &[(&str, &str)] = &[

@@ -406,8 +406,7 @@ fn a_failing_fence_is_compensation_failing_and_counted() {
 
 #[test]
 fn a_checkpointed_fact_from_before_failures_were_counted_still_reads() {
-    let old: Fact =
-        serde_json::from_str(r#"{"fact":"compensation_failing","order":3}"#).unwrap();
+    let old: Fact = serde_json::from_str(r#"{"fact":"compensation_failing","order":3}"#).unwrap();
     assert_eq!(
         old,
         Fact::CompensationFailing {

@@ -137,7 +137,6 @@ impl Keys {
             )))
         }
     }
-
 }
 
 /// The tokens in force, swapped whole on reload so a request sees either the old set or the

@@ -180,7 +180,7 @@ impl TokenFiles {
     }
 }
 
-
+// Here, not with `Keys`: a token in two files is a fault of the files, found as they load.
 impl Keys {
     /// Refuses a token that is in two files (its kind would be ambiguous).
     fn refuse_shared(&self, files: &TokenFiles) -> Result<(), TokenFileError> {
