@@ -21,6 +21,7 @@ mod housekeeping;
 mod leases;
 mod operator;
 pub mod participants;
+mod saga_operator;
 mod sagas;
 mod sends;
 mod start;
