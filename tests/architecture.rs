@@ -325,40 +325,14 @@ fn circles(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
     state.found
 }
 
-/// Circles that were there when this check was written, each as its sorted files, to be
-/// taken apart (issue 26); a circle not listed fails, and so does a listed one that is gone
-/// (take it off the list). The list ends empty.
-const KNOWN_CIRCLES: &[&[&str]] = &[
-    &["protocol/src/operator.rs", "protocol/src/saga.rs"],
-    &[
-        "coordinator/src/engine/mod.rs",
-        "coordinator/src/records.rs",
-        "coordinator/src/saga/engine.rs",
-    ],
-    &[
-        "coordinator/src/api/mod.rs",
-        "coordinator/src/config.rs",
-        "coordinator/src/runtime/mod.rs",
-    ],
-];
-
 #[test]
 fn no_file_imports_from_its_own_floor_or_above() {
     let root = root();
     let mut report = String::new();
-    let mut known_seen = BTreeSet::new();
     for krate in CRATES {
         let src = root.join(krate);
         let edges = graph(&src);
         for circle in circles(&edges) {
-            let names: Vec<String> = circle
-                .iter()
-                .map(|f| f.strip_prefix(&root).unwrap_or(f).display().to_string())
-                .collect();
-            if let Some(known) = KNOWN_CIRCLES.iter().position(|k| *k == names) {
-                known_seen.insert(known);
-                continue;
-            }
             report.push_str(&format!("{krate}: a circle of imports:\n"));
             for file in &circle {
                 let inside: Vec<String> = edges[file]
@@ -374,13 +348,6 @@ fn no_file_imports_from_its_own_floor_or_above() {
             }
         }
     }
-    for (i, known) in KNOWN_CIRCLES.iter().enumerate() {
-        if !known_seen.contains(&i) {
-            report.push_str(&format!(
-                "a known circle is gone (or changed): take it off KNOWN_CIRCLES: {known:?}\n"
-            ));
-        }
-    }
     assert!(report.is_empty(), "\n{report}");
 }
 
@@ -389,28 +356,10 @@ fn no_file_imports_from_its_own_floor_or_above() {
 /// `is_test_file`) do not.
 const LINES_MAX: usize = 600;
 
-/// Files over `LINES_MAX` when this check was written, each with its count then, to be split
-/// (issue 26): a listed file may only shrink, and one at or under the bound (or gone) fails
-/// until its entry is taken off. The list ends empty.
-const KNOWN_LONG: &[(&str, usize)] = &[
-    ("coordinator/src/config.rs", 718),
-    ("coordinator/src/engine/mod.rs", 722),
-    ("coordinator/src/runtime/mod.rs", 806),
-    ("coordinator/src/runtime/operator.rs", 653),
-    ("coordinator/src/saga/engine.rs", 1017),
-    ("coordinator/src/saga/planner.rs", 887),
-    ("protocol/src/auth.rs", 643),
-    ("participant/src/engine/phases.rs", 656),
-    ("participant/src/engine/saga.rs", 900),
-    ("participant/src/fence/table.rs", 604),
-    ("participant/src/service.rs", 701),
-];
-
 #[test]
 fn no_source_file_is_over_the_line_bound() {
     let root = root();
     let mut report = String::new();
-    let mut known_seen = BTreeSet::new();
     for krate in CRATES {
         let mut files = Vec::new();
         rust_files(&root.join(krate), &mut files);
@@ -425,33 +374,11 @@ fn no_source_file_is_over_the_line_bound() {
                 .unwrap_or_default()
                 .lines()
                 .count();
-            match KNOWN_LONG.iter().position(|(known, _)| *known == name) {
-                Some(i) => {
-                    known_seen.insert(i);
-                    let allowed = KNOWN_LONG[i].1;
-                    if lines <= LINES_MAX {
-                        report.push_str(&format!(
-                            "{name} has {lines} lines now: take it off KNOWN_LONG\n"
-                        ));
-                    } else if lines > allowed {
-                        report.push_str(&format!(
-                            "{name} grew to {lines} lines (KNOWN_LONG allows it {allowed} until \
-                             it is split)\n"
-                        ));
-                    }
-                }
-                None if lines > LINES_MAX => report.push_str(&format!(
+            if lines > LINES_MAX {
+                report.push_str(&format!(
                     "{name} has {lines} lines, over {LINES_MAX}: split it along its seams\n"
-                )),
-                None => {}
+                ));
             }
-        }
-    }
-    for (i, (known, _)) in KNOWN_LONG.iter().enumerate() {
-        if !known_seen.contains(&i) {
-            report.push_str(&format!(
-                "{known} is gone (or is a test file now): take it off KNOWN_LONG\n"
-            ));
         }
     }
     assert!(report.is_empty(), "\n{report}");

@@ -4,6 +4,17 @@
 //! This crate owns the shapes of every JSON body, the id newtypes, the documented limits and
 //! the route paths. It must never do I/O, hold state, or depend on either side's crates: both
 //! the coordinator and the participants depend on it, never on each other.
+//!
+//! The map, floor by floor; a module imports only from floors below its own:
+//! 1. `limits`, `error` (the error body and codes), `kv`, `auth` (tokens, their files, who may
+//!    call what).
+//! 2. `ids`.
+//! 3. `messages` (prepare, decision, vote), `lease`, `fence_proof`, `cross_site`.
+//! 4. `transaction` (the client's request and answers), then `digest` (the idempotency digest
+//!    of a request).
+//! 5. `saga` (the saga wire types, including a saga's hand resolution).
+//! 6. `routes` (the paths) and `operator` (operator actions, the audit trail, the cluster
+//!    view).
 
 pub mod auth;
 pub mod cross_site;

@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Decision, ErrorCode, GlobalTxId, ParticipantName, TxId};
 
+/// A saga's status carries its hand resolution, so the type lives with the saga's wire types
+/// (which this module's views build on); it is named here too, among the operator actions.
+pub use crate::saga::HandResolution;
+
 /// What a participant holds of one attempt (`GET {base}/v1/attempts/{gtid}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -179,15 +183,6 @@ pub struct ClearBehindResponse {
 pub struct SagaResolveRequest {
     pub operator: String,
     pub reason: String,
-}
-
-/// How a saga was settled by hand, as its status shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HandResolution {
-    pub operator: String,
-    pub reason: String,
-    pub at_ms: u64,
-    pub audit_seq: u64,
 }
 
 /// One audit record (`GET /v1/audit`): who did what, when, why, and what was known.

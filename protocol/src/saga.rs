@@ -224,10 +224,20 @@ pub struct SagaResponse {
     pub age_ms: u64,
     /// Set when an operator settled this `needs_attention` saga by hand (it stays listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resolved_by_hand: Option<crate::operator::HandResolution>,
+    pub resolved_by_hand: Option<HandResolution>,
     /// The name on the client token that submitted the saga; absent with authentication off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+}
+
+/// How a saga was settled by hand, as its status shows it (`POST /v1/sagas/{id}/resolve`,
+/// an audited operator action).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandResolution {
+    pub operator: String,
+    pub reason: String,
+    pub at_ms: u64,
+    pub audit_seq: u64,
 }
 
 /// `GET /v1/sagas`: stuck sagas first (needs_attention, then compensating, then running, each

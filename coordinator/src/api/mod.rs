@@ -7,7 +7,6 @@ mod error;
 mod json_body;
 mod leases;
 mod operator;
-mod query_limit;
 mod sagas;
 mod transactions;
 
@@ -48,8 +47,8 @@ use protocol::{ErrorCode, routes};
 use crate::metrics::{Metrics, Sampled};
 use crate::runtime::Core;
 
+pub use crate::query_limit::{QueryLimit, QueryLimiter};
 pub use error::ApiError;
-pub use query_limit::{QueryLimit, QueryLimiter};
 
 /// Every (method, path) the API serves; the OpenAPI document must list exactly these.
 pub const ROUTES: &[(&str, &str)] = &[

@@ -26,9 +26,10 @@
 
 use protocol::{Epoch, ParticipantName};
 
+use super::Engine;
 use super::io::Command;
+use super::rules::start_delivery;
 use super::tx::{Delivery, Phase};
-use super::{Engine, start_delivery};
 use crate::records::{Attempt, BehindRecord, EpochRecord, LogRecord};
 
 /// Most epochs one raise may go above the current one: a real coordinator rises by one per

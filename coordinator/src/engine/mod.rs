@@ -6,13 +6,21 @@
 //!   vote means abort; duplicate and late votes change nothing;
 //! - the decision is logged (and must be durable) before anyone hears it;
 //! - phase two is retried until every participant acknowledged, never given up.
+//!
+//! This module holds the table and dispatches events; each kind of event is handled where its
+//! idea lives: `admission` (a submit), `phases` (votes, the decision, acknowledgements, the
+//! end), `delivery` (phase two's retries), `epoch` (fencing and raises), `replay` (recovery),
+//! `operator` (audited actions), with `rules`, `tx`, `io`, `load` and `view` below them.
 
+mod admission;
 mod backoff;
+mod delivery;
 mod epoch;
 mod io;
 pub mod judge;
 mod load;
 mod operator;
+mod phases;
 mod replay;
 mod retained;
 mod rules;
@@ -36,26 +44,22 @@ mod tests_staging;
 
 use std::collections::BTreeMap;
 
-use protocol::{Decision, Incarnation, ParticipantName, TxId, VoteKind};
+use protocol::{Incarnation, ParticipantName, TxId};
 
 pub use backoff::retry_delay_ms;
 pub use epoch::{EPOCH_RAISE_MAX, EPOCH_RAISES_MAX, EpochState, Fenced};
 pub use io::{Command, Event, Reply, WaitFor, WaiterId};
 pub use load::{Bounds, Load};
-pub use operator::{AUDIT_KEPT, OperatorSnapshot, ResolvedAttempt};
+pub use operator::{AUDIT_KEPT, OperatorSnapshot};
 pub use replay::Replayed;
 pub use tx::{Decided, Delivery, Phase};
 pub use view::{AnswerSource, DecisionAnswer, Owner};
 
-use crate::records::{
-    AckRecord, Attempt, BeginRecord, BehindRecord, EndRecord, EpochRecord, LogRecord, Retained,
-    RunSpan,
-};
+use crate::records::{Attempt, BehindRecord, EpochRecord, RunSpan};
 use load::Loads;
 use operator::OperatorState;
 use retained::RetainedSet;
-use rules::{decide, send_decisions, start_delivery};
-use tx::{Part, Tx, response, retained_response};
+use tx::Tx;
 
 /// The engine's tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,447 +280,5 @@ impl Engine {
                 Vec::new()
             }
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn submit(
-        &mut self,
-        waiter: WaiterId,
-        wait: WaitFor,
-        txid: TxId,
-        digest: crate::digest::Digest,
-        participants: Vec<(ParticipantName, serde_json::Value)>,
-        timeout_ms: u64,
-        now_ms: u64,
-        (archived, archive_generation): (Option<Retained>, u64),
-        client: Option<String>,
-    ) -> Vec<Command> {
-        if let Some(retained) = self.retained.get(&txid) {
-            let reply = if retained.decision.digest == digest {
-                Reply::Outcome(retained_response(&retained.decision))
-            } else {
-                Reply::Conflict { txid }
-            };
-            return vec![Command::Reply { waiter, reply }];
-        }
-        if let Some(tx) = self.live.get_mut(&txid) {
-            if tx.digest != digest {
-                return vec![Command::Reply {
-                    waiter,
-                    reply: Reply::Conflict { txid },
-                }];
-            }
-            // A retry of a request we are still working on: answer now if its wait is over,
-            // otherwise join the waiters. Never a second prepare.
-            return match &tx.phase {
-                Phase::Decided(decided) if wait == WaitFor::Decision => vec![Command::Reply {
-                    waiter,
-                    reply: Reply::Outcome(response(tx, decided)),
-                }],
-                Phase::LogFailed { error } => vec![Command::Reply {
-                    waiter,
-                    reply: Reply::LogFailed {
-                        error: error.clone(),
-                    },
-                }],
-                Phase::Decided(_) | Phase::Preparing | Phase::Deciding(_)
-                    if tx.waiters.len() >= self.config.bounds.waiters_per_transaction =>
-                {
-                    vec![Command::Reply {
-                        waiter,
-                        reply: Reply::Overloaded {
-                            participant: tx.parts[0].name.clone(),
-                            message: format!(
-                                "{} requests already wait for transaction {txid} (the bound is \
-                                 {}); retry later",
-                                tx.waiters.len(),
-                                self.config.bounds.waiters_per_transaction
-                            ),
-                        },
-                    }]
-                }
-                Phase::Decided(_) | Phase::Preparing | Phase::Deciding(_) => {
-                    tx.waiters.push((waiter, wait));
-                    Vec::new()
-                }
-            };
-        }
-        // Not live, not staged: the index's answer, if it had one, is the recorded outcome.
-        if let Some(retained) = archived.filter(|r| r.decision.txid == txid) {
-            let reply = if retained.decision.digest == digest {
-                Reply::Outcome(retained_response(&retained.decision))
-            } else {
-                Reply::Conflict { txid }
-            };
-            return vec![Command::Reply { waiter, reply }];
-        }
-        if archive_generation != self.archive_generation {
-            // Something left staging for the index since the runtime looked there: this id's
-            // outcome may be among it. Look again rather than start a second attempt.
-            return vec![Command::Reply {
-                waiter,
-                reply: Reply::LookAgain,
-            }];
-        }
-        if self.retained.len() >= self.config.retained_max {
-            return vec![Command::Reply {
-                waiter,
-                reply: Reply::Busy {
-                    staged: self.retained.len(),
-                },
-            }];
-        }
-        if let Some(overload) = self.loads.refusal(
-            &self.config.bounds,
-            participants.iter().map(|(name, _)| name),
-        ) {
-            return vec![Command::Reply {
-                waiter,
-                reply: Reply::Overloaded {
-                    participant: overload.participant,
-                    message: overload.message,
-                },
-            }];
-        }
-        let Some(identity) = &self.identity else {
-            // The runtime takes no transaction before recovery began this run.
-            debug_assert!(false, "a transaction submitted before RecoveryDone");
-            return vec![Command::Reply {
-                waiter,
-                reply: Reply::LogFailed {
-                    error: "the coordinator has not finished recovery".to_string(),
-                },
-            }];
-        };
-        let attempt = Attempt::new(
-            &identity.coordinator_id,
-            identity.incarnation,
-            self.next_position,
-        );
-        self.next_position += 1;
-        self.note_attempt(&attempt);
-        let mut commands = vec![Command::AppendLazy(LogRecord::Begin(BeginRecord {
-            txid: txid.clone(),
-            attempt: attempt.clone(),
-            digest,
-            participants: participants.iter().map(|(name, _)| name.clone()).collect(),
-            created_at_ms: now_ms,
-            client: client.clone(),
-        }))];
-        let named: Vec<ParticipantName> =
-            participants.iter().map(|(name, _)| name.clone()).collect();
-        for (name, payload) in &participants {
-            commands.push(Command::SendPrepare {
-                txid: txid.clone(),
-                attempt: attempt.clone(),
-                participant: name.clone(),
-                payload: payload.clone(),
-                timeout_ms,
-                started_at_ms: now_ms,
-                named: named.clone(),
-            });
-        }
-        commands.push(Command::ArmPrepareDeadline {
-            txid: txid.clone(),
-            after_ms: timeout_ms,
-        });
-        let tx = Tx {
-            id: txid.clone(),
-            attempt,
-            digest,
-            created_at_ms: now_ms,
-            parts: participants
-                .into_iter()
-                .map(|(name, _)| Part::new(name))
-                .collect(),
-            phase: Phase::Preparing,
-            waiters: vec![(waiter, wait)],
-            client,
-        };
-        self.live.insert(txid, tx);
-        commands
-    }
-
-    fn vote(
-        &mut self,
-        txid: &TxId,
-        participant: &ParticipantName,
-        vote: VoteKind,
-        reason: Option<String>,
-        now_ms: u64,
-    ) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        match tx.phase {
-            Phase::Preparing => {}
-            // Late votes after the decision change nothing.
-            Phase::Deciding(_) | Phase::Decided(_) | Phase::LogFailed { .. } => return Vec::new(),
-        }
-        let Some(part) = tx.part_mut(participant) else {
-            return Vec::new();
-        };
-        if part.vote.is_some() {
-            // A duplicate vote never counts twice, nor replaces the first.
-            return Vec::new();
-        }
-        part.vote = Some(vote);
-        part.reason = reason;
-        if tx.parts.iter().all(|p| p.vote.is_some()) {
-            decide(tx, now_ms)
-        } else {
-            Vec::new()
-        }
-    }
-
-    fn prepare_deadline(&mut self, txid: &TxId, now_ms: u64) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        match tx.phase {
-            Phase::Preparing => {
-                for part in tx.parts.iter_mut().filter(|p| p.vote.is_none()) {
-                    part.vote = Some(VoteKind::Timeout);
-                }
-                decide(tx, now_ms)
-            }
-            Phase::Deciding(_) | Phase::Decided(_) | Phase::LogFailed { .. } => Vec::new(),
-        }
-    }
-
-    fn decision_durable(&mut self, txid: &TxId) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        let decided = match &tx.phase {
-            Phase::Deciding(decided) => decided.clone(),
-            Phase::Preparing | Phase::Decided(_) | Phase::LogFailed { .. } => return Vec::new(),
-        };
-        tx.phase = Phase::Decided(decided.clone());
-        let mut commands = Vec::new();
-        let answer = response(tx, &decided);
-        tx.waiters.retain(|(waiter, wait)| match wait {
-            WaitFor::Decision => {
-                commands.push(Command::Reply {
-                    waiter: *waiter,
-                    reply: Reply::Outcome(answer.clone()),
-                });
-                false
-            }
-            WaitFor::Acked => true,
-        });
-        commands.extend(send_decisions(tx, decided.decision));
-        if tx.all_acked() {
-            // Nobody left to tell: it ends now.
-            commands.extend(self.end(txid, &decided, decided.decided_at_ms));
-        }
-        commands
-    }
-
-    fn decision_failed(&mut self, txid: &TxId, error: String) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        match tx.phase {
-            Phase::Deciding(_) => {}
-            Phase::Preparing | Phase::Decided(_) | Phase::LogFailed { .. } => return Vec::new(),
-        }
-        tx.phase = Phase::LogFailed {
-            error: error.clone(),
-        };
-        tx.waiters
-            .drain(..)
-            .map(|(waiter, _)| Command::Reply {
-                waiter,
-                reply: Reply::LogFailed {
-                    error: error.clone(),
-                },
-            })
-            .collect()
-    }
-
-    fn acked(&mut self, txid: &TxId, participant: &ParticipantName, now_ms: u64) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        let decided = match &tx.phase {
-            Phase::Decided(decided) => decided.clone(),
-            Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => return Vec::new(),
-        };
-        let Some(part) = tx.part_mut(participant) else {
-            return Vec::new();
-        };
-        if part.acked {
-            return Vec::new();
-        }
-        part.acked = true;
-        part.delivery = Delivery::Idle;
-        part.last_error = None;
-        if tx.all_acked() {
-            // End says every participant acknowledged: the last Ack would be redundant.
-            return self.end(txid, &decided, now_ms);
-        }
-        vec![Command::AppendLazy(LogRecord::Ack(AckRecord {
-            txid: txid.clone(),
-            participant: participant.clone(),
-        }))]
-    }
-
-    /// Every participant acknowledged: log End, answer whoever waits, keep the outcome.
-    fn end(&mut self, txid: &TxId, decided: &Decided, now_ms: u64) -> Vec<Command> {
-        let Some(tx) = self.live.remove(txid) else {
-            return Vec::new();
-        };
-        let mut commands = vec![Command::AppendLazy(LogRecord::End(EndRecord {
-            txid: txid.clone(),
-            ended_at_ms: now_ms,
-        }))];
-        let answer = response(&tx, decided);
-        for (waiter, _) in &tx.waiters {
-            commands.push(Command::Reply {
-                waiter: *waiter,
-                reply: Reply::Outcome(answer.clone()),
-            });
-        }
-        let retained = Retained {
-            decision: tx.decision_record(decided),
-            ended_at_ms: now_ms,
-        };
-        // Staged until the index holds it (`Archived`); the archive is the last command, after
-        // the End append, though nothing depends on that order.
-        commands.push(Command::Archive(retained.clone()));
-        self.retained.insert(retained);
-        commands
-    }
-
-    fn delivery_failed(
-        &mut self,
-        txid: &TxId,
-        participant: &ParticipantName,
-        error: String,
-        jitter: u64,
-    ) -> Vec<Command> {
-        let config = self.config;
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        match tx.phase {
-            Phase::Decided(_) => {}
-            Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => return Vec::new(),
-        }
-        let Some(part) = tx.part_mut(participant) else {
-            return Vec::new();
-        };
-        match part.delivery {
-            Delivery::InFlight if !part.acked => {}
-            Delivery::InFlight | Delivery::Idle | Delivery::RetryArmed => return Vec::new(),
-        }
-        part.last_error = Some(error);
-        part.delivery = Delivery::RetryArmed;
-        vec![Command::ArmRetry {
-            txid: txid.clone(),
-            participant: participant.clone(),
-            after_ms: retry_delay_ms(
-                part.attempts,
-                config.retry_base_ms,
-                config.retry_max_ms,
-                jitter,
-            ),
-        }]
-    }
-
-    fn retry_due(&mut self, txid: &TxId, participant: &ParticipantName) -> Vec<Command> {
-        let Some(tx) = self.live.get_mut(txid) else {
-            return Vec::new();
-        };
-        let decision = match &tx.phase {
-            Phase::Decided(decided) => decided.decision,
-            Phase::Preparing | Phase::Deciding(_) | Phase::LogFailed { .. } => return Vec::new(),
-        };
-        let gtid = tx.attempt.gtid.clone();
-        let Some(part) = tx.part_mut(participant) else {
-            return Vec::new();
-        };
-        match part.delivery {
-            Delivery::RetryArmed if !part.acked => {}
-            Delivery::RetryArmed | Delivery::Idle | Delivery::InFlight => return Vec::new(),
-        }
-        vec![start_delivery(txid, &gtid, part, decision)]
-    }
-
-    /// An operator's "retry now": every delivery of `txid` (or to `participant`, or both)
-    /// that waits for its backoff timer starts at once. The timer, when it fires, finds the
-    /// delivery in flight and does nothing.
-    fn retry_now(
-        &mut self,
-        txid: Option<&TxId>,
-        participant: Option<&ParticipantName>,
-    ) -> Vec<Command> {
-        let mut commands = Vec::new();
-        for tx in self.live.values_mut() {
-            if txid.is_some_and(|t| *t != tx.id) {
-                continue;
-            }
-            let Phase::Decided(decided) = &tx.phase else {
-                continue;
-            };
-            let decision = decided.decision;
-            for part in &mut tx.parts {
-                if part.acked
-                    || part.delivery != Delivery::RetryArmed
-                    || participant.is_some_and(|p| *p != part.name)
-                {
-                    continue;
-                }
-                commands.push(start_delivery(&tx.id, &tx.attempt.gtid, part, decision));
-            }
-        }
-        commands
-    }
-
-    /// After replay: abort what was begun and never decided, resend what was decided and not
-    /// acknowledged, end what was fully acknowledged.
-    fn recovery_done(&mut self, now_ms: u64) -> Vec<Command> {
-        // Everything staged (from the snapshot and the End records replayed) is archived
-        // again: some of it may be in the index already, and upserts make that harmless.
-        let mut commands: Vec<Command> = self
-            .retained
-            .iter()
-            .cloned()
-            .map(Command::Archive)
-            .collect();
-        let ids: Vec<TxId> = self.live.keys().cloned().collect();
-        for txid in ids {
-            let Some(tx) = self.live.get_mut(&txid) else {
-                continue;
-            };
-            match tx.phase.clone() {
-                Phase::Preparing => {
-                    for part in tx.parts.iter_mut().filter(|p| p.vote.is_none()) {
-                        part.vote = Some(VoteKind::Timeout);
-                    }
-                    let decided = Decided {
-                        decision: Decision::Abort,
-                        reason: Some("the coordinator restarted before deciding".into()),
-                        decided_at_ms: now_ms,
-                    };
-                    commands.push(Command::AppendDecision(tx.decision_record(&decided)));
-                    tx.phase = Phase::Deciding(decided);
-                }
-                Phase::Decided(decided) if tx.all_acked() => {
-                    commands.extend(self.end(&txid, &decided, now_ms));
-                }
-                Phase::Decided(decided) => {
-                    commands.extend(send_decisions(tx, decided.decision));
-                    // An abort nobody voted yes to is owed to nobody: it ends now.
-                    if tx.all_acked() {
-                        commands.extend(self.end(&txid, &decided, now_ms));
-                    }
-                }
-                // Neither exists right after replay: replay builds only Preparing and Decided.
-                Phase::Deciding(_) | Phase::LogFailed { .. } => {}
-            }
-        }
-        commands
     }
 }

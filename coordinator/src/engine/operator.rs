@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use protocol::operator::{AuditAction, AuditEntry, HandResolution};
 use protocol::{Decision, GlobalTxId, TxId};
-use serde::{Deserialize, Serialize};
+
+use crate::records::ResolvedAttempt;
 
 /// Audit entries kept (in memory and in each checkpoint); older ones leave with the log
 /// segments a checkpoint lets go. Operator actions are rare: this is months of them.
@@ -21,18 +22,6 @@ pub struct OperatorSnapshot {
     pub audit: Vec<AuditEntry>,
     pub next_seq: u64,
     pub hand_resolved: Vec<(TxId, HandResolution)>,
-}
-
-/// One attempt an operator resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResolvedAttempt {
-    pub gtid: GlobalTxId,
-    pub txid: TxId,
-    pub decision: Decision,
-    pub audit_seq: u64,
-    pub at_ms: u64,
-    pub operator: String,
-    pub reason: String,
 }
 
 #[derive(Debug, Clone, Default)]

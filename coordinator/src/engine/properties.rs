@@ -17,7 +17,7 @@ use protocol::{
 
 use super::*;
 use crate::digest::Digest;
-use crate::records::{Attempt, EpochRecord, Snapshot};
+use crate::records::{Attempt, EpochRecord, LogRecord, Snapshot};
 
 const CONFIG: EngineConfig = EngineConfig {
     retry_base_ms: 10,

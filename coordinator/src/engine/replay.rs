@@ -1,12 +1,15 @@
-//! Rebuilding the engine from the checkpoint snapshot and the records after it.
+//! Rebuilding the engine from the checkpoint snapshot and the records after it, and, once this
+//! run's epoch is durable, finishing what the log left open (`RecoveryDone`).
 //!
 //! Replay is idempotent and total: records about a transaction the snapshot already ended, or
 //! an Ack after an End, change nothing, so recovering twice (a crash during recovery) gives the
 //! same table.
 
-use protocol::TxId;
+use protocol::{Decision, TxId, VoteKind};
 
-use crate::engine::tx::{Part, Phase, Tx};
+use crate::engine::io::Command;
+use crate::engine::rules::send_decisions;
+use crate::engine::tx::{Decided, Part, Phase, Tx};
 use crate::engine::{Engine, EngineConfig};
 use crate::records::{BeginRecord, EpochRecord, LogRecord, Retained, Snapshot};
 
@@ -195,5 +198,51 @@ impl Engine {
             }
         }
         snapshot
+    }
+
+    /// After replay: abort what was begun and never decided, resend what was decided and not
+    /// acknowledged, end what was fully acknowledged.
+    pub(super) fn recovery_done(&mut self, now_ms: u64) -> Vec<Command> {
+        // Everything staged (from the snapshot and the End records replayed) is archived
+        // again: some of it may be in the index already, and upserts make that harmless.
+        let mut commands: Vec<Command> = self
+            .retained
+            .iter()
+            .cloned()
+            .map(Command::Archive)
+            .collect();
+        let ids: Vec<TxId> = self.live.keys().cloned().collect();
+        for txid in ids {
+            let Some(tx) = self.live.get_mut(&txid) else {
+                continue;
+            };
+            match tx.phase.clone() {
+                Phase::Preparing => {
+                    for part in tx.parts.iter_mut().filter(|p| p.vote.is_none()) {
+                        part.vote = Some(VoteKind::Timeout);
+                    }
+                    let decided = Decided {
+                        decision: Decision::Abort,
+                        reason: Some("the coordinator restarted before deciding".into()),
+                        decided_at_ms: now_ms,
+                    };
+                    commands.push(Command::AppendDecision(tx.decision_record(&decided)));
+                    tx.phase = Phase::Deciding(decided);
+                }
+                Phase::Decided(decided) if tx.all_acked() => {
+                    commands.extend(self.end(&txid, &decided, now_ms));
+                }
+                Phase::Decided(decided) => {
+                    commands.extend(send_decisions(tx, decided.decision));
+                    // An abort nobody voted yes to is owed to nobody: it ends now.
+                    if tx.all_acked() {
+                        commands.extend(self.end(&txid, &decided, now_ms));
+                    }
+                }
+                // Neither exists right after replay: replay builds only Preparing and Decided.
+                Phase::Deciding(_) | Phase::LogFailed { .. } => {}
+            }
+        }
+        commands
     }
 }

@@ -12,7 +12,9 @@ use serde_json::json;
 use super::test_support::{coordinator, id, name, run, split_archives};
 use super::*;
 use crate::digest::Digest;
-use crate::records::{Attempt, BeginRecord, DecisionRecord, EndRecord, EpochRecord};
+use crate::records::{
+    AckRecord, Attempt, BeginRecord, DecisionRecord, EndRecord, EpochRecord, LogRecord,
+};
 
 const CONFIG: EngineConfig = EngineConfig {
     retry_base_ms: 100,

@@ -9,6 +9,7 @@ use super::test_support::{id, name, run};
 use super::*;
 use crate::digest::Digest;
 use crate::engine::Load;
+use crate::records::LogRecord;
 
 const RUN: Incarnation = Incarnation(0xa1);
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::test_support::{attempt, id, name, run};
 use super::*;
 use crate::digest::Digest;
-use crate::records::{Attempt, BeginRecord, DecisionRecord, EndRecord, Snapshot};
+use crate::records::{Attempt, BeginRecord, DecisionRecord, EndRecord, LogRecord, Snapshot};
 
 const RUN1: Incarnation = Incarnation(0x1111);
 const RUN2: Incarnation = Incarnation(0x2222);

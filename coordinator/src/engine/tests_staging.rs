@@ -2,7 +2,7 @@
 //! (`Command::Archive` out, `Event::Archived` back), and a submit that misses the engine is
 //! answered from what the runtime found in the index.
 
-use protocol::{Incarnation, Outcome, VoteKind};
+use protocol::{Decision, Incarnation, Outcome, VoteKind};
 use serde_json::json;
 
 use super::test_support::{id, name, run, split_archives};

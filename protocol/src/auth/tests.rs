@@ -1,3 +1,6 @@
+use std::path::Path;
+
+use super::header::decode_base64;
 use super::*;
 
 const ALICE: &str = "alice-token-0123456789";

@@ -1,0 +1,230 @@
+//! Executing what the engine returns: appends are submitted to the log while the engine
+//! lock is held (the log's order is the engine's order), then sends, timers, archives and
+//! replies run in order, and a decision is acted on only once its forced append is durable.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{error, warn};
+
+use protocol::Decision;
+use wal::{Durability, RecordType};
+
+use super::sends::PrepareJob;
+use super::{Core, now_ms};
+use crate::engine::{Command, Engine, Event};
+use crate::records::LogRecord;
+
+impl Core {
+    /// Steps the engine and executes its commands in order.
+    pub fn apply(self: &Arc<Self>, event: Event) {
+        self.apply_with(|engine| engine.step(event));
+    }
+
+    /// Runs `step` (which reads and steps the engine) under the engine lock, then executes the
+    /// commands it returned in order.
+    pub(super) fn apply_with(self: &Arc<Self>, step: impl FnOnce(&mut Engine) -> Vec<Command>) {
+        let mut decisions = Vec::new();
+        let mut epochs = Vec::new();
+        let commands = {
+            let mut engine = self.lock_engine();
+            let commands = step(&mut engine);
+            // Submitted under the lock: the log's order is the engine's order.
+            for command in &commands {
+                match command {
+                    Command::AppendLazy(record) => {
+                        match record {
+                            LogRecord::Begin(_) => crash_point!("coordinator::before_first_record"),
+                            LogRecord::End(_) => crash_point!("coordinator::before_end_record"),
+                            LogRecord::Epoch(_)
+                            | LogRecord::Decision(_)
+                            | LogRecord::Ack(_)
+                            | LogRecord::Behind(_)
+                            | LogRecord::Audit(_)
+                            | LogRecord::Saga(_)
+                            | LogRecord::Lease(_) => {}
+                        }
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Lazy,
+                        );
+                        // A lazy append's failure poisons the log, which the housekeeping task
+                        // reports and the API turns into 503s; nobody waits on it here.
+                        drop(ticket);
+                    }
+                    Command::AppendDecision(decision) => {
+                        crash_point!("coordinator::before_decision_durable");
+                        let record = LogRecord::Decision(decision.clone());
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        );
+                        decisions.push((decision.txid.clone(), decision.decision, ticket));
+                    }
+                    Command::AppendForced(record) => {
+                        // Nobody waits on it: losing it in a crash only means learning it again.
+                        drop(self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        ));
+                    }
+                    Command::AppendEpoch(raised) => {
+                        let record = LogRecord::Epoch(raised.clone());
+                        let ticket = self.wal.submit(
+                            RecordType(record.record_type()),
+                            record.encode(),
+                            Durability::Forced,
+                        );
+                        epochs.push((raised.clone(), ticket));
+                    }
+                    Command::SendPrepare { .. }
+                    | Command::ArmPrepareDeadline { .. }
+                    | Command::SendDecision { .. }
+                    | Command::ArmRetry { .. }
+                    | Command::Reply { .. }
+                    | Command::Archive(_) => {}
+                }
+            }
+            commands
+        };
+        for command in commands {
+            self.execute(command);
+        }
+        for (raised, ticket) in epochs {
+            tokio::spawn(Arc::clone(self).raise_when_durable(raised, ticket));
+        }
+        for (txid, decision, ticket) in decisions {
+            let core = Arc::clone(self);
+            let submitted = Instant::now();
+            tokio::spawn(async move {
+                match ticket.wait().await {
+                    Ok(_) => {
+                        core.metrics.decision_fsync.observe(submitted.elapsed());
+                        crash_point!("coordinator::after_decision_durable");
+                        let counter = match decision {
+                            Decision::Commit => &core.metrics.committed,
+                            Decision::Abort => &core.metrics.aborted,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%txid, ?decision, "decision durable");
+                        core.apply(Event::DecisionDurable { txid });
+                    }
+                    Err(wal::WalError::Closed) => {
+                        tracing::info!(
+                            %txid,
+                            "shutting down before the decision was durable; \
+                                   the next start aborts this transaction"
+                        );
+                        core.apply(Event::DecisionFailed {
+                            txid,
+                            error: "the coordinator is shutting down".to_string(),
+                        });
+                    }
+                    Err(e) => {
+                        error!(%txid, error = %e, "LOG FAILED: decision could not be made durable; \
+                                   this coordinator takes no more transactions until restarted");
+                        core.apply(Event::DecisionFailed {
+                            txid,
+                            error: e.to_string(),
+                        });
+                    }
+                }
+            });
+        }
+    }
+
+    fn execute(self: &Arc<Self>, command: Command) {
+        match command {
+            // Submitted while the engine lock was held.
+            Command::AppendLazy(_)
+            | Command::AppendDecision(_)
+            | Command::AppendForced(_)
+            | Command::AppendEpoch(_) => {}
+            Command::Archive(retained) => {
+                if self.archive.send(retained).is_err() {
+                    // Only when the archiver is gone (shutting down): the outcome stays staged,
+                    // in the next checkpoint, and the next start archives it.
+                    warn!("the outcome archiver is gone; the outcome stays staged");
+                }
+            }
+            Command::SendPrepare {
+                txid,
+                attempt,
+                participant,
+                payload,
+                timeout_ms,
+                started_at_ms,
+                named,
+            } => {
+                tokio::spawn(Arc::clone(self).prepare(PrepareJob {
+                    txid,
+                    attempt,
+                    participant,
+                    payload,
+                    timeout_ms,
+                    started_at_ms,
+                    named,
+                }));
+            }
+            Command::ArmPrepareDeadline { txid, after_ms } => {
+                let core = Arc::clone(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    core.apply(Event::PrepareDeadline {
+                        txid,
+                        now_ms: now_ms(),
+                    });
+                });
+            }
+            Command::SendDecision {
+                txid,
+                gtid,
+                participant,
+                decision,
+                attempt,
+                tracked: true,
+            } => {
+                let from_recovery = self.recovering.load(Ordering::Relaxed);
+                tokio::spawn(Arc::clone(self).deliver(
+                    txid,
+                    gtid,
+                    participant,
+                    decision,
+                    attempt,
+                    from_recovery,
+                ));
+            }
+            Command::SendDecision {
+                txid,
+                gtid,
+                participant,
+                decision,
+                tracked: false,
+                ..
+            } => {
+                tokio::spawn(Arc::clone(self).notify_once(txid, gtid, participant, decision));
+            }
+            Command::ArmRetry {
+                txid,
+                participant,
+                after_ms,
+            } => {
+                let core = Arc::clone(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                    core.apply(Event::RetryDue { txid, participant });
+                });
+            }
+            Command::Reply { waiter, reply } => {
+                if let Some(sender) = self.lock_waiters().remove(&waiter) {
+                    // The client may have gone away; the outcome stays queryable.
+                    let _ = sender.send(reply);
+                }
+            }
+        }
+    }
+}
