@@ -158,3 +158,48 @@ fn bench_leases_measures_grants_and_fenced_writes_against_both_references() {
         assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
     }
 }
+
+#[test]
+fn bench_sagas_measures_sagas_against_plain_calls_that_succeed() {
+    // The plain calls go to the participants' peer routes: with the operator's token they were
+    // all refused and the table printed 0 plain/s and no ratio, silently.
+    let output = twopc()
+        .args([
+            "bench",
+            "--sagas",
+            "--concurrency",
+            "1,2",
+            "--seconds",
+            "0.3",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bench --sagas failed: {stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("failed"),
+        "a saga or plain call failed:\n{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 8 && w[0].parse::<usize>().is_ok())
+        .collect();
+    assert_eq!(rows.len(), 2, "one row per concurrency:\n{stdout}");
+    for row in rows {
+        let number = |i: usize| {
+            row[i]
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("column {i} is not a number in {row:?}"))
+        };
+        let (sagas, plain, ratio) = (number(1), number(4), number(7));
+        assert!(sagas > 0.0 && plain > 0.0, "{row:?}");
+        // The table rounds its columns; the ratio is taken before rounding.
+        assert!((ratio - sagas / plain).abs() < 0.05, "{row:?}");
+    }
+}

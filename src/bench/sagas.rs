@@ -16,12 +16,15 @@ use cluster::cluster::{ClusterSpec, LocalCluster};
 const STEPS: usize = 3;
 
 /// One measured cell.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Measured {
     per_s: f64,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
     failed: u64,
+    /// Why the first failed saga (or plain call) failed, so a cell that fails is never just
+    /// a zero in the table.
+    first_failure: Option<String>,
 }
 
 fn step(worker: usize, i: usize, delta: i64) -> serde_json::Value {
@@ -29,7 +32,7 @@ fn step(worker: usize, i: usize, delta: i64) -> serde_json::Value {
 }
 
 /// Runs `concurrency` workers for `warmup + duration`; `one` does one saga (or its plain
-/// equivalent) and says whether it completed.
+/// equivalent) and says whether it completed, or why not.
 async fn measure<F, Fut>(
     concurrency: usize,
     warmup: Duration,
@@ -38,7 +41,7 @@ async fn measure<F, Fut>(
 ) -> Measured
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
 {
     let one = Arc::new(one);
     let failed = Arc::new(AtomicU64::new(0));
@@ -50,25 +53,31 @@ where
         let (one, failed) = (one.clone(), failed.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
+            let mut first_failure = None;
             let mut n = 0u64;
             while Instant::now() < end {
                 n += 1;
                 let began = Instant::now();
-                let ok = one(worker, n).await;
+                let outcome = one(worker, n).await;
                 if began >= measure_from && Instant::now() <= end {
-                    if ok {
-                        latencies.push(began.elapsed());
-                    } else {
-                        failed.fetch_add(1, Ordering::Relaxed);
+                    match outcome {
+                        Ok(()) => latencies.push(began.elapsed()),
+                        Err(why) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            first_failure.get_or_insert(why);
+                        }
                     }
                 }
             }
-            latencies
+            (latencies, first_failure)
         }));
     }
     let mut all = Vec::new();
+    let mut first_failure = None;
     for worker in workers {
-        all.extend(worker.await.unwrap_or_default());
+        let (latencies, failure) = worker.await.unwrap_or_default();
+        all.extend(latencies);
+        first_failure = first_failure.or(failure);
     }
     all.sort();
     let ms = |q| quantile(&all, q).map(|d| d.as_secs_f64() * 1e3);
@@ -77,6 +86,27 @@ where
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
         failed: failed.load(Ordering::Relaxed),
+        first_failure,
+    }
+}
+
+/// Whether an answer is the one a completed saga (or a done step) gives; if not, what was
+/// answered instead, for the failure line.
+async fn answered(
+    sent: reqwest::Result<reqwest::Response>,
+    field: &str,
+    expected: &str,
+) -> Result<(), String> {
+    let response = sent.map_err(|e| format!("request failed: {e}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| format!("{status}, not JSON: {e}"))?;
+    if body[field] == expected {
+        Ok(())
+    } else {
+        Err(format!("{status} {body}"))
     }
 }
 
@@ -100,12 +130,25 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
         .filter_map(|n| cluster.participant_url(n))
         .collect();
     let max = concurrencies.iter().copied().max().unwrap_or(1);
-    let client = crate::client::builder(&crate::client::ClientArgs::for_cluster(
+    let client_with = |args: &crate::client::ClientArgs| -> Result<reqwest::Client> {
+        Ok(crate::client::builder(args)?
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(max)
+            .build()?)
+    };
+    let client = client_with(&crate::client::ClientArgs::for_cluster(
         cluster.tokens.as_ref(),
-    ))?
-    .timeout(Duration::from_secs(30))
-    .pool_max_idle_per_host(max)
-    .build()?;
+    ))?;
+    // The plain calls go to the participants' peer routes, which take the peer token only (the
+    // one a coordinator holds), not the operator's.
+    let peer_client = client_with(
+        &cluster
+            .tokens
+            .as_ref()
+            .map_or_else(crate::client::ClientArgs::default, |t| {
+                crate::client::ClientArgs::with_token_file(&t.path(protocol::auth::Kind::Peer))
+            }),
+    )?;
     let duration = Duration::from_secs_f64(seconds.max(0.1));
     let warmup = duration / 5;
     let tag = std::process::id();
@@ -126,14 +169,11 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
                         "action": step(worker, i, 1), "compensation": step(worker, i, -1)}))
                     .collect();
                 let body = json!({"id": format!("bench-{tag}-c{concurrency}-{worker}-{n}"), "steps": steps});
-                match c.post(format!("{url}/v1/sagas")).json(&body).send().await {
-                    Ok(r) => r.json::<serde_json::Value>().await.is_ok_and(|v| v["state"] == "completed"),
-                    Err(_) => false,
-                }
+                answered(c.post(format!("{url}/v1/sagas")).json(&body).send().await, "state", "completed").await
             }
         })
         .await;
-        let (c, parts) = (client.clone(), participants.clone());
+        let (c, parts) = (peer_client.clone(), participants.clone());
         let plain = measure(concurrency, warmup, duration, move |worker, n| {
             let (c, parts) = (c.clone(), parts.clone());
             async move {
@@ -142,23 +182,14 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
                     let body = json!({"saga_id": saga_id, "step": format!("s{i}"),
                         "op_id": format!("{saga_id}:s{i}:action"), "coordinator_id": "bench",
                         "epoch": 1, "payload": step(worker, i, 1)});
-                    let ok = match c
+                    let sent = c
                         .post(format!("{base}/saga/action"))
                         .json(&body)
                         .send()
-                        .await
-                    {
-                        Ok(r) => r
-                            .json::<serde_json::Value>()
-                            .await
-                            .is_ok_and(|v| v["status"] == "done"),
-                        Err(_) => false,
-                    };
-                    if !ok {
-                        return false;
-                    }
+                        .await;
+                    answered(sent, "status", "done").await?;
                 }
-                true
+                Ok(())
             }
         })
         .await;
@@ -183,6 +214,19 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
                 "{:>11} failed: {} sagas, {} plain",
                 "", saga.failed, plain.failed
             );
+        }
+        for (what, measured) in [("saga", &saga), ("plain call", &plain)] {
+            if let Some(why) = &measured.first_failure {
+                println!("{:>11} first failed {what}: {why}", "");
+            }
+            if measured.per_s == 0.0 {
+                tokio::task::block_in_place(|| cluster.stop());
+                anyhow::bail!(
+                    "no {what} completed at concurrency {concurrency}: the cell measures nothing \
+                     (first failure: {})",
+                    measured.first_failure.as_deref().unwrap_or("none recorded")
+                );
+            }
         }
     }
     tokio::task::block_in_place(|| cluster.stop());

@@ -131,7 +131,7 @@ impl Keys {
             Ok(Some(caller))
         } else {
             Err(Denied::Forbidden(format!(
-                "a {} token may not call this route; it takes {}",
+                "the {} token may not call this route; it takes {}",
                 caller.kind.as_str(),
                 access.describe()
             )))
