@@ -19,7 +19,7 @@
 //! 4. `config` (the checked configuration, on the engine's bounds and the query budget) and
 //!    `metrics`.
 //! 5. `runtime`: the tokio shell that drives the engines, the log and the participants; the
-//!    outcome archiver (`outcomes::archiver`) is one of its tasks.
+//!    outcome archiver (`runtime::archiver`) is one of its tasks.
 //! 6. `api`: the HTTP routes, on the runtime.
 //! 7. `server` and `cli`: the process.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]

@@ -13,6 +13,7 @@
 //! `housekeeping`, `fencing`, `operator` and `saga_operator` (audited actions), `sagas`,
 //! `leases` and `cluster` stand beside them, all on `participants` (the HTTP calls).
 
+mod archiver;
 mod cluster;
 mod commands;
 mod decision_query;

@@ -12,12 +12,13 @@ use tracing::{info, warn};
 use protocol::{CoordinatorId, Epoch, Incarnation};
 use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalError, WalOptions};
 
+use super::archiver::archiver;
 use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Event};
 use crate::http_client::{BadBaseUrl, Endpoint};
 use crate::leases::{LeaseClock, LeaseEngine, Leases};
 use crate::metrics::Metrics;
-use crate::outcomes::{OutcomeStore, archiver};
+use crate::outcomes::OutcomeStore;
 use crate::records::{DecodeError, EpochRecord, LogRecord, Snapshot};
 use crate::runtime::{Core, SagaShell, now_ms};
 use crate::saga::engine::{SagaConfig, SagaEngine, SagaEvent};

@@ -12,8 +12,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::{Core, now_ms};
 use crate::records::Retained;
-use crate::runtime::{Core, now_ms};
 
 /// How long the archiver gathers outcomes after the first one before writing them: an fsync
 /// per ~50 ms whatever the load, and staging holds about that long's outcomes.
