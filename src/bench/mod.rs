@@ -5,6 +5,7 @@
 //! floor, see `floor`). Each cell also records the disk's raw fsync latency (`disk`).
 //! `--leases` measures lease grants and fenced writes instead (see `leases`).
 
+mod cpu;
 mod disk;
 pub mod floor;
 mod leases;
@@ -98,6 +99,10 @@ pub struct Cell {
     pub floor_per_s: Option<f64>,
     /// committed_per_s / floor_per_s.
     pub share_of_floor: Option<f64>,
+    /// CPU time (user + system) of the bench's client and every server of the durable cluster
+    /// during the cell, per transaction committed in it (warm-up included on both sides).
+    /// `None` against `--target-coordinator` or where `/proc` is not there.
+    pub cpu_us_per_tx: Option<f64>,
     /// Median raw `write + fdatasync` of one record on the logs' disk, measured just before
     /// the cell (own cluster only): what a single forced log write cannot beat.
     pub disk_fsync_p50_us: Option<f64>,
@@ -135,7 +140,22 @@ struct Target {
     /// Every URL whose `/metrics` counts fsyncs.
     metric_urls: Vec<String>,
     participants: Vec<String>,
-    _cluster: Option<LocalCluster>,
+    cluster: Option<LocalCluster>,
+}
+
+impl Target {
+    /// The processes a cell of this target runs on: the bench itself (the client) and every
+    /// server of its cluster; `None` for a cluster the bench did not start (their CPU is not
+    /// ours to read).
+    fn pids(&self) -> Option<Vec<u32>> {
+        let cluster = self.cluster.as_ref()?;
+        let mut pids = vec![std::process::id()];
+        pids.push(cluster.coordinator.pid()?);
+        for (_, node) in &cluster.participants {
+            pids.push(node.pid()?);
+        }
+        Some(pids)
+    }
 }
 
 fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> Result<Target> {
@@ -163,7 +183,7 @@ fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> R
         coordinator: Arc::new(endpoint(&cluster.coordinator_url(), token)?),
         metric_urls,
         participants: names,
-        _cluster: Some(cluster),
+        cluster: Some(cluster),
     })
 }
 
@@ -227,7 +247,7 @@ async fn run(args: Args) -> Result<()> {
             }),
             metric_urls: vec![url.trim_end_matches('/').to_string()],
             participants: args.target_participant.clone(),
-            _cluster: None,
+            cluster: None,
         },
         None => tokio::task::block_in_place(|| start_own(true, max_participants, &scratch))
             .context("starting the durable cluster")?,
@@ -269,6 +289,8 @@ async fn run(args: Args) -> Result<()> {
                 None
             };
             let fsyncs_before = fsyncs(&client, &durable).await;
+            let pids = durable.pids();
+            let cpu_before = pids.as_deref().and_then(cpu::cpu_of_all);
             let shape = load::Shape {
                 concurrency,
                 warmup,
@@ -277,6 +299,7 @@ async fn run(args: Args) -> Result<()> {
             };
             let result =
                 load::run(&durable.coordinator, &format!("{cell_id}d"), names, shape).await;
+            let cpu_after = pids.as_deref().and_then(cpu::cpu_of_all);
             let fsyncs_after = fsyncs(&client, &durable).await;
             let base = match &baseline {
                 Some(b) => Some(
@@ -325,6 +348,7 @@ async fn run(args: Args) -> Result<()> {
                     }
                     _ => None,
                 },
+                cpu_us_per_tx: cpu::micros_per_tx(cpu_before, cpu_after, result.committed_all),
             };
             if !args.json {
                 eprintln!(
@@ -428,7 +452,7 @@ fn print_hot_table(cells: &[HotCell]) {
 fn print_table(cells: &[Cell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6}",
+        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>6}",
         "parts",
         "conc",
         "tx/s",
@@ -441,11 +465,12 @@ fn print_table(cells: &[Cell]) {
         "share",
         "fsyncs/tx",
         "fsync us",
+        "CPU us/tx",
         "failed"
     );
     for c in cells {
         println!(
-            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6}",
+            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>6}",
             c.participants,
             c.concurrency,
             c.committed_per_s,
@@ -458,6 +483,7 @@ fn print_table(cells: &[Cell]) {
             f(c.share_of_floor, 2),
             f(c.fsyncs_per_tx, 2),
             f(c.disk_fsync_p50_us, 0),
+            f(c.cpu_us_per_tx, 0),
             c.failed
         );
     }
