@@ -95,6 +95,10 @@ pub enum ErrorCode {
     CoordinatorIdRequired,
     /// Recovery has not finished.
     NotReady,
+    /// This coordinator of an HA group does not lead it now (it follows, or its etcd lease
+    /// lapsed): the body's `leader` names the leader's address when one is known. Clients try
+    /// the next address of the group (docs/ha.md).
+    NotLeader,
     /// The log failed (write or fsync error); the process takes no more writes.
     LogFailed,
     /// A bug or an unexpected failure; the message says what.
@@ -168,6 +172,7 @@ impl ErrorCode {
             ErrorCode::KeyLocked => 409,
             ErrorCode::CoordinatorIdRequired => 422,
             ErrorCode::NotReady => 503,
+            ErrorCode::NotLeader => 503,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
             ErrorCode::Unauthorized => 401,
@@ -223,6 +228,7 @@ impl ErrorCode {
             ErrorCode::KeyLocked => "key_locked",
             ErrorCode::CoordinatorIdRequired => "coordinator_id_required",
             ErrorCode::NotReady => "not_ready",
+            ErrorCode::NotLeader => "not_leader",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
             ErrorCode::Unauthorized => "unauthorized",
@@ -255,6 +261,9 @@ pub struct ErrorBody {
     /// epoch was passed or claimed by another run logs an epoch above it (docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub highest_epoch: Option<crate::Epoch>,
+    /// With `not_leader`: the base URL of the group's leader, when this node knows one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 impl ErrorBody {
@@ -263,7 +272,14 @@ impl ErrorBody {
             error,
             message: message.into(),
             highest_epoch: None,
+            leader: None,
         }
+    }
+
+    /// Names the group's leader (see `leader`).
+    pub fn with_leader(mut self, leader: impl Into<String>) -> Self {
+        self.leader = Some(leader.into());
+        self
     }
 
     /// Names the highest epoch the answering participant holds (see `highest_epoch`).
@@ -317,6 +333,7 @@ mod tests {
             ErrorCode::KeyLocked,
             ErrorCode::CoordinatorIdRequired,
             ErrorCode::NotReady,
+            ErrorCode::NotLeader,
             ErrorCode::LogFailed,
             ErrorCode::Internal,
             ErrorCode::Unauthorized,

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for a `Retry-After` header (503 `overloaded`).
     pub retry_after_s: Option<u64>,
+    /// With 503 `not_leader`: the group leader's base URL, when known.
+    pub leader: Option<String>,
 }
 
 impl ApiError {
@@ -21,6 +23,16 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_s: None,
+            leader: None,
+        }
+    }
+
+    /// 503 `not_leader`: this node of an HA group does not lead it now; `leader` names the
+    /// one that does, when known (docs/ha.md). No redirect: participants follow none.
+    pub fn not_leader(leader: Option<String>, why: &str) -> ApiError {
+        ApiError {
+            leader,
+            ..ApiError::new(ErrorCode::NotLeader, why)
         }
     }
 
@@ -62,7 +74,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        let mut body = ErrorBody::new(self.code, self.message);
+        body.leader = self.leader;
+        let mut response = (status, Json(body)).into_response();
         if let Some(seconds) = self.retry_after_s {
             response
                 .headers_mut()
