@@ -21,8 +21,10 @@
 mod error;
 mod frame;
 pub mod inspect;
+mod mirror;
 mod names;
 mod recovery;
+mod replica;
 mod scan;
 mod shared;
 #[cfg(any(test, feature = "sim"))]
@@ -38,6 +40,8 @@ pub use error::WalError;
 pub use frame::{
     FrameError, FrameRef, RECORD_PAYLOAD_BYTES_MAX, decode as decode_frame, encode as encode_frame,
 };
+pub use mirror::{BaseBackup, FileOp, Mirror, MirrorError, MirroredStorage, OpBatch, ShipWaiter};
+pub use replica::{Replica, ReplicaError, SwapRecovery};
 pub use snapshot::{SNAPSHOT_BYTES_MAX, decode as decode_snapshot, encode as encode_snapshot};
 pub use storage::{FileStorage, Storage, StorageDir, StorageFile};
 pub use ticket::AppendTicket;
