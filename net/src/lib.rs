@@ -11,9 +11,12 @@
 //!   connect and total time bounded.
 //! - [`exposition`]: the `/metrics` text (the Prometheus text format, by `prometheus-client`)
 //!   and the latency histogram every server shares.
+//! - [`etcd`]: a client of etcd's v3 JSON gateway (leases, reads, puts, compare-and-swap
+//!   transactions) that never sends a write twice unless doing so is harmless.
 //! - `test_certs` and `test_servers` (feature `testing`): a private CA and server certificates
 //!   made at test time, and misbehaving servers for the outbound policy's tests.
 
+pub mod etcd;
 pub mod exposition;
 pub mod outbound;
 mod quiet_time;
