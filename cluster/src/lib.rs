@@ -1,7 +1,8 @@
 //! Local twopc clusters of real processes: start a coordinator and its participants (or a
 //! throwaway PostgreSQL server) on loopback ports, with a fresh token set for them; drive the
-//! checkout workloads (2PC, saga, PostgreSQL payments) against them; and audit the invariants
-//! afterwards. `twopc demo`, `twopc bench` and `twopc audit` run on it, and so do the tests.
+//! checkout workloads (2PC, saga, PostgreSQL payments) against them; audit the invariants
+//! afterwards; and start local etcd servers for the coordinator group (`etcd`). `twopc demo`,
+//! `twopc bench` and `twopc audit` run on it, and so do the tests.
 //!
 //! It starts real processes for the product's demo and bench and for tests, and talks to them
 //! only through their HTTP APIs, command lines and data directories, the way an operator would.
@@ -13,6 +14,7 @@ pub mod audit;
 pub mod auth;
 pub mod checkout;
 pub mod cluster;
+pub mod etcd;
 pub mod node;
 pub mod oracle;
 pub mod pg_checkout;

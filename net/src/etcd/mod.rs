@@ -11,7 +11,7 @@
 //! per call). Moving on is always safe when the request never left (a refused connection) and
 //! for reads. For a write that may have been applied by the endpoint that failed (a timeout,
 //! a lost connection or a 5xx after the request was sent) it is only safe when applying it
-//! twice is the same as once, so ([`retry`] decides):
+//! twice is the same as once, so (`retry.rs` decides):
 //!
 //! - `get`, `get_prefix`, `keep_alive` and `revoke` are sent again freely (a keep-alive
 //!   refreshes the same TTL; a second revoke finds the lease gone, which counts as done).
