@@ -4,14 +4,18 @@
 //! state): record framing with CRC-32, segment files that roll at a size limit, group commit on a
 //! dedicated writer thread (one write and one fdatasync per batch), recovery (torn tail cut with a
 //! `.broken` copy kept, corruption refused with file, offset and reason), checkpoints that let
-//! whole old segments be deleted, and read-only inspection for `twopc wal dump|verify`.
+//! whole old segments be deleted, and read-only inspection for `twopc wal dump|verify`; and, for
+//! a coordinator group, synchronous replication of the log directory as a stream of file
+//! operations ([`MirroredStorage`] on the leader, [`Replica`] on a follower; issue 27).
 //!
 //! **Must never:** resolve a forced append before an fdatasync covers it; retry an fsync after a
 //! failure (the log is poisoned instead: every later append errors); decode zero-filled space or
 //! allocate from an unchecked length; guess past corruption (a bad record with valid data after
 //! it, a bad record in an older segment, or a sequence gap refuses to open); modify a directory
-//! while inspecting it; lock the data directory (the owning service does that); or interpret
-//! payloads (they are the owner's bytes).
+//! while inspecting it; lock the data directory (the owning service does that); interpret
+//! payloads (they are the owner's bytes); acknowledge a sync the mirror did not confirm (on a
+//! replicating leader); or apply a replicated batch past a gap, twice, or outside its
+//! directory (on a follower).
 //!
 //! The on-disk format, from `docs/wal-format.md`, follows.
 //!

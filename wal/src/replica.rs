@@ -194,6 +194,14 @@ impl Replica {
         if end <= expected {
             return Ok(());
         }
+        // Refused before anything is touched, so a refusal leaves the copy as it was.
+        for (number, op) in (batch.first..).zip(&batch.ops) {
+            if let Some(name) = op_names(op).into_iter().find(|n| !valid_name(n)) {
+                return Err(ReplicaError::InvalidBatch {
+                    reason: format!("op {number}: {name:?} is not a plain file name"),
+                });
+            }
+        }
         self.next_op = None;
         let skip = (expected - batch.first) as usize;
         let mut touched = BTreeSet::new();
@@ -224,15 +232,8 @@ impl Replica {
         op: &FileOp,
         touched: &mut BTreeSet<String>,
     ) -> Result<bool, ReplicaError> {
-        let path = |name: &str| -> Result<PathBuf, ReplicaError> {
-            if valid_name(name) {
-                Ok(self.dir.join(name))
-            } else {
-                Err(ReplicaError::InvalidBatch {
-                    reason: format!("op {number}: {name:?} is not a plain file name"),
-                })
-            }
-        };
+        // Names were checked by `apply`.
+        let path = |name: &str| self.dir.join(name);
         let failed = |action: &'static str, file: &Path| {
             let file = file.to_path_buf();
             move |source| ReplicaError::Apply {
@@ -244,7 +245,7 @@ impl Replica {
         };
         match op {
             FileOp::Create { name } => {
-                let file = path(name)?;
+                let file = path(name);
                 OpenOptions::new()
                     .write(true)
                     .create_new(true)
@@ -254,7 +255,7 @@ impl Replica {
                 Ok(true)
             }
             FileOp::Append { name, bytes } => {
-                let file = path(name)?;
+                let file = path(name);
                 OpenOptions::new()
                     .append(true)
                     .open(&file)
@@ -264,7 +265,7 @@ impl Replica {
                 Ok(false)
             }
             FileOp::Truncate { name, len } => {
-                let file = path(name)?;
+                let file = path(name);
                 OpenOptions::new()
                     .write(true)
                     .open(&file)
@@ -274,7 +275,7 @@ impl Replica {
                 Ok(false)
             }
             FileOp::Rename { from, to } => {
-                let (from_path, to_path) = (path(from)?, path(to)?);
+                let (from_path, to_path) = (path(from), path(to));
                 fs::rename(&from_path, &to_path).map_err(failed("rename", &from_path))?;
                 // Its bytes may be unsynced under the old name.
                 touched.remove(from);
@@ -282,12 +283,22 @@ impl Replica {
                 Ok(true)
             }
             FileOp::Remove { name } => {
-                let file = path(name)?;
+                let file = path(name);
                 fs::remove_file(&file).map_err(failed("remove", &file))?;
                 touched.remove(name);
                 Ok(true)
             }
         }
+    }
+}
+
+fn op_names(op: &FileOp) -> Vec<&str> {
+    match op {
+        FileOp::Create { name }
+        | FileOp::Append { name, .. }
+        | FileOp::Truncate { name, .. }
+        | FileOp::Remove { name } => vec![name],
+        FileOp::Rename { from, to } => vec![from, to],
     }
 }
 
