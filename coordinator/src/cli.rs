@@ -10,7 +10,7 @@ use crate::config::{ConfigError, FileConfig, parse_participant};
 use crate::server;
 
 /// Run a coordinator: the HTTP transaction API, two-phase commit and recovery.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Address to listen on [default: 127.0.0.1:7100].
     #[arg(long, value_name = "HOST:PORT")]
@@ -117,6 +117,105 @@ pub struct Args {
     /// [default: 512].
     #[arg(long, value_name = "N")]
     pub connections_max: Option<usize>,
+    /// Run as a node of a coordinator group elected through etcd (the only kind: `etcd`);
+    /// needs --etcd and --node (docs/ha.md).
+    #[arg(long, value_name = "KIND", value_parser = ["etcd"])]
+    pub ha: Option<String>,
+    /// etcd client URLs, comma-separated (http://host:2379,...), tried in turn.
+    #[arg(long, value_name = "URL[,URL...]", requires = "ha")]
+    pub etcd: Option<String>,
+    /// This node's name in the group, unique within it.
+    #[arg(long, value_name = "NAME", requires = "ha")]
+    pub node: Option<String>,
+    /// The base URL the group's other nodes and clients reach this node at
+    /// [default: http://<--listen>].
+    #[arg(long, value_name = "URL", requires = "ha")]
+    pub advertise: Option<String>,
+    /// The group's key prefix in etcd; one group per prefix [default: /twopc/group].
+    #[arg(long, value_name = "PREFIX", requires = "ha")]
+    pub ha_prefix: Option<String>,
+    /// The leader's etcd lease; failover takes about this long [default: 3000].
+    #[arg(long, value_name = "MS", requires = "ha")]
+    pub ha_lease_ttl_ms: Option<u64>,
+    /// How long the leader waits for a follower to confirm a sync point before it takes it
+    /// out of the sync set and goes on without it [default: 1000].
+    #[arg(long, value_name = "MS", requires = "ha")]
+    pub ha_replica_timeout_ms: Option<u64>,
+}
+
+fn ha_settings(
+    args: &Args,
+    listen: std::net::SocketAddr,
+) -> Result<Option<crate::ha::HaSettings>, ConfigError> {
+    use crate::ha::defaults;
+    if args.ha.is_none() {
+        return Ok(None);
+    }
+    let bad = |why: String| ConfigError::Ha(why);
+    let etcd: Vec<String> = args
+        .etcd
+        .as_deref()
+        .ok_or_else(|| bad("--ha etcd needs --etcd URL[,URL...]".to_string()))?
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if etcd.is_empty() {
+        return Err(bad("--etcd names no URL".to_string()));
+    }
+    if let Some(url) = etcd
+        .iter()
+        .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+    {
+        return Err(bad(format!(
+            "--etcd {url:?} is not an http:// or https:// URL"
+        )));
+    }
+    let node = args
+        .node
+        .clone()
+        .ok_or_else(|| bad("--ha etcd needs --node NAME".to_string()))?;
+    let valid = !node.is_empty()
+        && node.len() <= 64
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if !valid {
+        return Err(bad(format!(
+            "--node {node:?}: 1 to 64 of A-Z a-z 0-9 - _ ."
+        )));
+    }
+    let advertise = args
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{listen}"));
+    crate::http_client::Endpoint::new(&advertise).map_err(|e| bad(format!("--advertise: {e}")))?;
+    let lease_ttl_ms = args.ha_lease_ttl_ms.unwrap_or(defaults::LEASE_TTL_MS);
+    if !(1_000..=60_000).contains(&lease_ttl_ms) {
+        return Err(bad(format!(
+            "--ha-lease-ttl-ms {lease_ttl_ms}: between 1000 and 60000 (etcd grants no lease under a second)"
+        )));
+    }
+    let replica_timeout_ms = args
+        .ha_replica_timeout_ms
+        .unwrap_or(defaults::REPLICA_TIMEOUT_MS);
+    if !(50..lease_ttl_ms).contains(&replica_timeout_ms) {
+        return Err(bad(format!(
+            "--ha-replica-timeout-ms {replica_timeout_ms}: at least 50 and under the lease TTL ({lease_ttl_ms})"
+        )));
+    }
+    Ok(Some(crate::ha::HaSettings {
+        etcd,
+        node,
+        advertise: advertise.trim_end_matches('/').to_string(),
+        prefix: args
+            .ha_prefix
+            .clone()
+            .unwrap_or_else(|| defaults::PREFIX.to_string()),
+        lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
+        replica_timeout: std::time::Duration::from_millis(replica_timeout_ms),
+        poll: std::time::Duration::from_millis(defaults::POLL_MS),
+    }))
 }
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
@@ -130,6 +229,10 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         let (name, url) = parse_participant(spec)?;
         participants.insert(name, url);
     }
+    let ha_args = Args {
+        participants: Vec::new(),
+        ..args.clone()
+    };
     let flags = FileConfig {
         listen: args.listen,
         data_dir: args.data_dir,
@@ -163,6 +266,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
     let insecure_no_auth = args.insecure_no_auth;
     let mut config = base.overlay(flags).into_config()?;
     config.insecure_no_auth = insecure_no_auth;
+    config.ha = ha_settings(&ha_args, config.listen)?;
     if unsafe_no_fsync {
         tracing::warn!("--unsafe-no-fsync: the log is never fsynced; decisions are no promise");
         config.fsync = false;

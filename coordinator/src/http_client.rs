@@ -69,6 +69,9 @@ pub enum CallError {
     Redirect { authority: String, status: u16 },
 }
 
+const JSON: &str = "application/json";
+const OCTETS: &str = "application/octet-stream";
+
 /// A status and a whole body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -199,6 +202,22 @@ impl Endpoint {
         .unwrap_or(Err(CallError::Timeout(timeout)))
     }
 
+    /// POSTs raw bytes (`application/octet-stream`: a coordinator group's replication) to
+    /// `path` and reads the answer, all within `timeout`.
+    pub async fn post_bytes(
+        &self,
+        path: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
+        tokio::time::timeout(
+            timeout,
+            self.call_with_one_retry_as(hyper::Method::POST, path, body, OCTETS),
+        )
+        .await
+        .unwrap_or(Err(CallError::Timeout(timeout)))
+    }
+
     /// GETs `path` and reads the answer, all within `timeout` (saga op queries, operators'
     /// evidence).
     pub async fn get(&self, path: &str, timeout: Duration) -> Result<Answer, CallError> {
@@ -216,19 +235,29 @@ impl Endpoint {
         path: &str,
         body: Bytes,
     ) -> Result<Answer, CallError> {
+        self.call_with_one_retry_as(method, path, body, JSON).await
+    }
+
+    async fn call_with_one_retry_as(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+        content_type: &'static str,
+    ) -> Result<Answer, CallError> {
         let (sender, reused) = match self.take_idle() {
             Some(sender) => (sender, true),
             None => (self.connect().await?, false),
         };
         match self
-            .exchange(sender, method.clone(), path, body.clone())
+            .exchange(sender, method.clone(), path, body.clone(), content_type)
             .await
         {
             Err(CallError::Exchange { source, .. })
                 if reused && (source.is_canceled() || source.is_incomplete_message()) =>
             {
                 let fresh = self.connect().await?;
-                self.exchange(fresh, method, path, body).await
+                self.exchange(fresh, method, path, body, content_type).await
             }
             result => result,
         }
@@ -240,12 +269,13 @@ impl Endpoint {
         method: hyper::Method,
         path: &str,
         body: Bytes,
+        content_type: &'static str,
     ) -> Result<Answer, CallError> {
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, self.authority.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json");
+            .header(hyper::header::CONTENT_TYPE, content_type);
         if let Some(value) = self.keys.as_ref().and_then(|k| k.peer_authorization()) {
             request = request.header(hyper::header::AUTHORIZATION, value);
         }

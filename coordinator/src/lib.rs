@@ -34,9 +34,11 @@ macro_rules! crash_point {
 
 pub mod api;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod digest;
 pub mod engine;
+pub mod ha;
 pub mod http_client;
 pub mod leases;
 pub mod metrics;

@@ -16,7 +16,11 @@ use tracing::{error, info, warn};
 use crate::api::{AppState, router};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::runtime::{Core, StartError, housekeeping, recover};
+use wal::{FileStorage, MirroredStorage};
+
+use crate::ha::mirror::GroupMirror;
+use crate::ha::node::GroupNode;
+use crate::runtime::{Core, GroupStart, StartError, housekeeping, recover, recover_with};
 
 /// How long shutdown waits for in-flight requests (a `?wait=acked` may wait on a participant
 /// that is down) before it stops them.
@@ -47,6 +51,12 @@ pub enum RunError {
     LogFailed,
     #[error(transparent)]
     Exposed(#[from] protocol::auth::Exposed),
+    #[error("the coordinator group: {0}")]
+    Group(#[from] crate::ha::etcd_group::GroupError),
+    #[error(
+        "stepped down: this node could no longer prove it leads its group; restart it to follow"
+    )]
+    Deposed,
 }
 
 impl RunError {
@@ -60,7 +70,9 @@ impl RunError {
                 | StartError::Undecodable { .. }
                 | StartError::EpochExhausted { .. },
             ) => 4,
+            RunError::Deposed => 5,
             RunError::DataDir { .. }
+            | RunError::Group(_)
             | RunError::Bind { .. }
             | RunError::Start(_)
             | RunError::Serve(_)
@@ -100,6 +112,8 @@ pub struct Running {
     server: JoinHandle<std::io::Result<()>>,
     housekeeping: JoinHandle<()>,
     reloader: JoinHandle<()>,
+    /// This node of a coordinator group (`--ha`), leading.
+    pub group: Option<Arc<GroupNode>>,
     _lock: File,
 }
 
@@ -136,9 +150,24 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         source,
     })?;
     let metrics = Arc::new(Metrics::default());
-    let state = AppState::new(Arc::clone(&metrics))
+    let mut state = AppState::new(Arc::clone(&metrics))
         .with_keys(config.keys.clone())
         .with_loopback_listen(config.listen.ip().is_loopback());
+    let group = match &config.ha {
+        Some(settings) => Some(
+            GroupNode::join(
+                settings.clone(),
+                &config.data_dir,
+                config.retained_disk_max_bytes,
+                config.retention_ms,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    if let Some(node) = &group {
+        state = state.with_group(Arc::clone(node));
+    }
     let reloader = tokio::spawn(reload_tokens_on_sighup(
         config.token_files.clone(),
         config.keys.clone(),
@@ -161,12 +190,16 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         "http"
     };
     info!(%addr, scheme, data_dir = %config.data_dir.display(), "listening; recovering the log");
-    let core = match recover(&config, metrics).await {
+    let recovered = match &group {
+        None => recover(&config, metrics).await.map_err(RunError::from),
+        Some(node) => lead_when_elected(node, &config, metrics).await,
+    };
+    let core = match recovered {
         Ok(core) => core,
         Err(e) => {
             server.abort();
             reloader.abort();
-            return Err(e.into());
+            return Err(e);
         }
     };
     state.set_ready(Arc::clone(&core));
@@ -180,8 +213,48 @@ pub async fn start(config: Config) -> Result<Running, RunError> {
         server,
         housekeeping,
         reloader,
+        group,
         _lock: lock,
     })
+}
+
+/// A node of a group follows (serving its leader's replication) until it wins a campaign,
+/// then recovers from its copy as a restarted coordinator would, at an epoch at least the
+/// term it won, with its log replicated from here on.
+async fn lead_when_elected(
+    node: &Arc<GroupNode>,
+    config: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<Arc<Core>, RunError> {
+    info!(node = %node.settings().node, "following; campaigning when the group has no leader");
+    let (term, lease) = node.until_elected().await?;
+    node.host().close_for_promotion();
+    let mirror = GroupMirror::new(
+        node.group().clone(),
+        term.state.term,
+        term.claim_revision,
+        node.settings().replica_timeout,
+        config.keys.clone(),
+        config.tls.client.clone(),
+    );
+    let storage = MirroredStorage::new(
+        Arc::new(FileStorage),
+        config.data_dir.join("wal"),
+        Arc::new(mirror.clone()),
+    );
+    mirror.set_storage(Arc::clone(&storage));
+    let core = recover_with(
+        storage,
+        config,
+        metrics,
+        Some(GroupStart {
+            term: term.state.term,
+            mirror: mirror.clone(),
+        }),
+    )
+    .await?;
+    node.lead(Arc::clone(&core), mirror, lease);
+    Ok(core)
 }
 
 /// Rereads the token files on every SIGHUP and puts the new set in force whole; a file that
@@ -238,6 +311,10 @@ impl Running {
         served?;
         let core = Arc::clone(&self.core);
         let _ = tokio::task::spawn_blocking(move || core.close_log()).await;
+        if let Some(node) = &self.group {
+            // The log is closed: nothing more is acknowledged, so the key can go now.
+            node.resign().await;
+        }
         if self.core.is_poisoned() {
             return Err(RunError::LogFailed);
         }
@@ -248,8 +325,27 @@ impl Running {
 
 /// Runs until `signal` resolves, then shuts down gracefully.
 pub async fn run(config: Config, signal: impl Future<Output = ()>) -> Result<(), RunError> {
-    let running = start(config).await?;
-    signal.await;
+    tokio::pin!(signal);
+    // A follower stays in `start` until it leads; a signal meanwhile ends it at once (it
+    // acknowledged nothing).
+    let running = tokio::select! {
+        started = start(config) => started?,
+        () = &mut signal => {
+            info!("shutdown requested before this node led its group");
+            return Ok(());
+        }
+    };
+    let group = running.group.clone();
+    let deposed = async {
+        match &group {
+            Some(node) => node.deposed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = &mut signal => {}
+        () = deposed => return Err(RunError::Deposed),
+    }
     info!("shutdown requested");
     running.shutdown().await
 }

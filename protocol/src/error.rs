@@ -99,6 +99,9 @@ pub enum ErrorCode {
     /// lapsed): the body's `leader` names the leader's address when one is known. Clients try
     /// the next address of the group (docs/ha.md).
     NotLeader,
+    /// A coordinator group's follower refused a replication message: its copy is frozen (it
+    /// campaigns or leads), needs a base backup, or the message does not decode (docs/ha.md).
+    ReplicaRefused,
     /// The log failed (write or fsync error); the process takes no more writes.
     LogFailed,
     /// A bug or an unexpected failure; the message says what.
@@ -173,6 +176,7 @@ impl ErrorCode {
             ErrorCode::CoordinatorIdRequired => 422,
             ErrorCode::NotReady => 503,
             ErrorCode::NotLeader => 503,
+            ErrorCode::ReplicaRefused => 409,
             ErrorCode::LogFailed => 503,
             ErrorCode::Internal => 500,
             ErrorCode::Unauthorized => 401,
@@ -229,6 +233,7 @@ impl ErrorCode {
             ErrorCode::CoordinatorIdRequired => "coordinator_id_required",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::NotLeader => "not_leader",
+            ErrorCode::ReplicaRefused => "replica_refused",
             ErrorCode::LogFailed => "log_failed",
             ErrorCode::Internal => "internal",
             ErrorCode::Unauthorized => "unauthorized",
@@ -334,6 +339,7 @@ mod tests {
             ErrorCode::CoordinatorIdRequired,
             ErrorCode::NotReady,
             ErrorCode::NotLeader,
+            ErrorCode::ReplicaRefused,
             ErrorCode::LogFailed,
             ErrorCode::Internal,
             ErrorCode::Unauthorized,

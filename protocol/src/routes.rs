@@ -25,6 +25,13 @@ pub const SAGA_RESOLVE: &str = "/v1/sagas/{id}/resolve";
 pub const SAGA_EVIDENCE: &str = "/v1/sagas/{id}/evidence";
 /// Coordinator, operators: clear a mistaken "log behind" mark (audited).
 pub const LOG_BEHIND_CLEAR: &str = "/v1/log-behind/clear";
+/// A coordinator group's view from this node: its role, the leader, its copy (docs/ha.md).
+pub const GROUP: &str = "/v1/group";
+/// A group's replication, leader to follower (peer token): a base backup of the log, one
+/// sync point's file operations, a batch of the outcome index.
+pub const REPLICA_BACKUP: &str = "/v1/replica/backup";
+pub const REPLICA_OPS: &str = "/v1/replica/ops";
+pub const REPLICA_OUTCOMES: &str = "/v1/replica/outcomes";
 
 /// Participant saga routes, relative to the participant's base URL.
 pub const SAGA_ACTION: &str = "/saga/action";

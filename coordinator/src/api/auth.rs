@@ -22,6 +22,7 @@ pub fn access(path: &str) -> Option<Access> {
         routes::SAGAS | routes::SAGA => Access::Client,
         routes::LEASES | routes::LEASE | routes::LEASE_RENEW => Access::Client,
         routes::TRANSACTION_DECISION => Access::Peer,
+        routes::REPLICA_BACKUP | routes::REPLICA_OPS | routes::REPLICA_OUTCOMES => Access::Peer,
         routes::TRANSACTION_EVIDENCE
         | routes::TRANSACTION_RESOLVE
         | routes::TRANSACTION_RETRY
@@ -32,7 +33,8 @@ pub fn access(path: &str) -> Option<Access> {
         | routes::SAGA_RETRY
         | routes::SAGA_RESOLVE
         | routes::SAGA_EVIDENCE
-        | routes::LOG_BEHIND_CLEAR => Access::Operator,
+        | routes::LOG_BEHIND_CLEAR
+        | routes::GROUP => Access::Operator,
         routes::HEALTHZ | routes::READYZ => Access::Open,
         routes::METRICS => Access::Metrics,
         _ => return None,

@@ -7,6 +7,7 @@ mod error;
 mod json_body;
 mod leases;
 mod operator;
+mod replica;
 mod sagas;
 mod transactions;
 
@@ -78,6 +79,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::LEASE),
     ("delete", routes::LEASE),
     ("post", routes::LEASE_RENEW),
+    ("get", routes::GROUP),
+    ("post", routes::REPLICA_BACKUP),
+    ("post", routes::REPLICA_OPS),
+    ("post", routes::REPLICA_OUTCOMES),
 ];
 
 /// What the handlers share. The core appears once recovery finished; until then every route
@@ -93,6 +98,8 @@ pub struct AppState {
     /// The listener is a loopback address: without tokens, only loopback `Host` names are
     /// answered (`cross_site`). True until told otherwise, the stricter choice.
     loopback_listen: bool,
+    /// In a coordinator group (`--ha`): this node, which says whether it may answer clients.
+    group: Option<Arc<crate::ha::node::GroupNode>>,
 }
 
 impl AppState {
@@ -103,7 +110,19 @@ impl AppState {
             decision_queries: Arc::new(Mutex::new(QueryLimiter::new(QueryLimit::default()))),
             keys: KeyRing::default(),
             loopback_listen: true,
+            group: None,
         }
+    }
+
+    /// Serves as a node of a coordinator group: client routes answer 503 `not_leader` unless
+    /// this node leads with a lease that holds.
+    pub fn with_group(mut self, node: Arc<crate::ha::node::GroupNode>) -> AppState {
+        self.group = Some(node);
+        self
+    }
+
+    pub fn group(&self) -> Option<&Arc<crate::ha::node::GroupNode>> {
+        self.group.as_ref()
     }
 
     /// Checks callers against `keys` (shared with whoever reloads them).
@@ -176,6 +195,19 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::release),
         )
         .route(routes::LEASE_RENEW, post(leases::renew))
+        .route(routes::GROUP, get(replica::view))
+        .route(
+            routes::REPLICA_BACKUP,
+            post(replica::backup).layer(DefaultBodyLimit::max(replica::REPLICA_BODY_MAX)),
+        )
+        .route(
+            routes::REPLICA_OPS,
+            post(replica::ops).layer(DefaultBodyLimit::max(replica::REPLICA_BODY_MAX)),
+        )
+        .route(
+            routes::REPLICA_OUTCOMES,
+            post(replica::outcomes).layer(DefaultBodyLimit::max(replica::REPLICA_BODY_MAX)),
+        )
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -187,10 +219,33 @@ pub fn router(state: AppState) -> Router {
 /// refused whoever's token it carries. One middleware for both, not one each: every axum
 /// middleware layer costs boxed services and futures on every request.
 async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match cross_site::check(&state, &request) {
-        Ok(()) => auth::check(&state, request, next).await,
-        Err(refusal) => refusal.into_response(),
+    if let Err(refusal) = cross_site::check(&state, &request) {
+        return refusal.into_response();
     }
+    if let Some(node) = &state.group
+        && let Some((leader, why)) = node.refusal()
+        && answers_only_when_leading(&request)
+    {
+        return ApiError::not_leader(leader, &why).into_response();
+    }
+    auth::check(&state, request, next).await
+}
+
+/// Every route but liveness, metrics and the group's own routes is the leader's to answer.
+fn answers_only_when_leading(request: &Request) -> bool {
+    let path = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| request.uri().path(), |p| p.as_str());
+    !matches!(
+        path,
+        routes::HEALTHZ
+            | routes::METRICS
+            | routes::GROUP
+            | routes::REPLICA_BACKUP
+            | routes::REPLICA_OPS
+            | routes::REPLICA_OUTCOMES
+    )
 }
 
 async fn unknown_route() -> ApiError {

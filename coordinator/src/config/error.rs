@@ -6,6 +6,9 @@ use std::path::PathBuf;
 /// Why a configuration is not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A coordinator group's flags (`--ha`, `--etcd`, `--node`, ...).
+    #[error("{0}")]
+    Ha(String),
     #[error("cannot read config file {path}: {source}")]
     Read {
         path: PathBuf,

@@ -116,6 +116,8 @@ pub struct Config {
     /// `--fence-key-file`: the key lease grants are signed with, so that participants holding
     /// it can verify tokens (docs/leases.md, "Tokens the resource can verify").
     pub fence_key: FenceKeySettings,
+    /// `--ha etcd`: run as a node of a coordinator group (docs/ha.md); `None` runs alone.
+    pub ha: Option<crate::ha::HaSettings>,
 }
 
 fn range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
@@ -256,6 +258,7 @@ impl Config {
             tls: TlsSettings::default(),
             serve_limits: net::ServeLimits::default(),
             fence_key: FenceKeySettings::default(),
+            ha: None,
         }
     }
 }

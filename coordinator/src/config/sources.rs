@@ -188,6 +188,7 @@ impl FileConfig {
             tls,
             serve_limits,
             fence_key,
+            ha: None,
         };
         config.validate()?;
         Ok(config)

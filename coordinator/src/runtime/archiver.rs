@@ -52,12 +52,20 @@ pub async fn archiver(core: Weak<Core>, mut staged: UnboundedReceiver<Retained>)
         let batch: Vec<Retained> = pending.drain(..take).collect();
         let store = Arc::clone(&core.outcomes);
         let retention_ms = core.config().retention_ms;
+        // In a group the followers' index copies take the batch too, before staging lets go
+        // of it; the gate keeps a follower's index backup from overlapping the batch.
+        let group = core.group.clone();
+        let _gate = match &group {
+            Some(mirror) => Some(mirror.archive_gate().await),
+            None => None,
+        };
         let written = tokio::task::spawn_blocking(move || {
-            let result = store.archive(&batch, now_ms(), retention_ms);
-            (batch, result)
+            let now = now_ms();
+            let result = store.archive(&batch, now, retention_ms);
+            (batch, result, now)
         })
         .await;
-        let (batch, result) = match written {
+        let (batch, result, archived_at_ms) = match written {
             Ok(done) => done,
             Err(join) => {
                 // The batch went with the panicked task; the outcomes are still staged, and a
@@ -69,6 +77,16 @@ pub async fn archiver(core: Weak<Core>, mut staged: UnboundedReceiver<Retained>)
                 continue;
             }
         };
+        let result = match (result, &group) {
+            (Ok(report), Some(mirror)) => mirror
+                .replicate_outcomes(&batch, archived_at_ms)
+                .await
+                .map(|()| report)
+                .map_err(|e| format!("the followers' index copies did not take the batch: {e}")),
+            (Ok(report), None) => Ok(report),
+            (Err(e), _) => Err(e.to_string()),
+        };
+        drop(_gate);
         match result {
             Ok(report) => {
                 if failures > 0 {

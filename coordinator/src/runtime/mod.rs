@@ -36,7 +36,6 @@ mod tests_start;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
@@ -55,14 +54,9 @@ pub use fencing::PROBE_TXID;
 pub use housekeeping::housekeeping;
 pub use operator::{OperatorError, RetryTarget, check_operator};
 pub use sagas::{SagaOutcome, SagaShell, op_outcome, probe_answer};
-pub use start::{StartError, recover, recover_on};
+pub use start::{GroupStart, StartError, recover, recover_on, recover_with};
 
-/// Unix time in milliseconds (0 if the clock is before 1970).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use crate::clock::now_ms;
 
 /// The running coordinator after recovery: the engine, the log and the means to act.
 #[derive(Debug)]
@@ -100,6 +94,8 @@ pub struct Core {
     sagas: SagaShell,
     /// The lease service (`runtime::leases`); its records share this log.
     leases: crate::leases::Leases,
+    /// In a coordinator group (`ha`): the leader's replication, for the outcome index.
+    pub(crate) group: Option<crate::ha::mirror::GroupMirror>,
 }
 
 /// A new transaction, checked by the API.

@@ -80,6 +80,25 @@ pub async fn recover_on(
     config: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<Arc<Core>, StartError> {
+    recover_with(storage, config, metrics, None).await
+}
+
+/// A leader of a coordinator group taking over (`ha`): the term it won and its replication.
+#[derive(Debug, Clone)]
+pub struct GroupStart {
+    pub term: u64,
+    pub mirror: crate::ha::mirror::GroupMirror,
+}
+
+/// [`recover_on`], for a group's new leader when `group` is given: its epoch is at least the
+/// term it won in etcd (`ha::rules::epoch_for_term`), and the outcome index's batches are
+/// replicated to the followers.
+pub async fn recover_with(
+    storage: Arc<dyn Storage>,
+    config: &Config,
+    metrics: Arc<Metrics>,
+    group: Option<GroupStart>,
+) -> Result<Arc<Core>, StartError> {
     let dir = config.data_dir.join("wal");
     let options = WalOptions {
         sync: if config.fsync {
@@ -159,7 +178,7 @@ pub async fn recover_on(
         records,
     );
     let incarnation = new_incarnation(&replayed.engine);
-    let identity = match replayed.identity {
+    let mut identity = match replayed.identity {
         Some(last) => EpochRecord {
             epoch: last
                 .epoch
@@ -177,6 +196,12 @@ pub async fn recover_on(
             incarnation,
         },
     };
+    if let Some(group) = &group {
+        identity.epoch = Epoch(crate::ha::rules::epoch_for_term(
+            identity.epoch.0,
+            group.term,
+        ));
+    }
     // The new epoch is durable before any message carries it: a participant that saw it must
     // never see a lower one from us again.
     let epoch_record = LogRecord::Epoch(identity.clone());
@@ -226,7 +251,11 @@ pub async fn recover_on(
         operator_lock: tokio::sync::Mutex::new(()),
         sagas: SagaShell::new(sagas),
         leases: Leases::new(lease_engine, lease_clock),
+        group: group.map(|g| g.mirror),
     });
+    if let Some(mirror) = &core.group {
+        mirror.set_outcomes(Arc::clone(&core.outcomes), config.retention_ms);
+    }
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.
     tokio::spawn(archiver(Arc::downgrade(&core), staged));
