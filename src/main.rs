@@ -4,6 +4,7 @@ mod async_main;
 mod audit_cmd;
 mod bench;
 mod client;
+mod coordinator_group;
 mod ctl;
 mod demo;
 mod latency;
