@@ -61,7 +61,9 @@ fn base_url(text: &str) -> Result<String, String> {
     }
     let url = reqwest::Url::parse(text).map_err(|e| format!("{text:?}: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("{text:?} must start with http:// or https://"));
+        return Err(format!(
+            "{text:?} is not a base URL (http://host:port or https://host:port)"
+        ));
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("{text:?} names no host"));

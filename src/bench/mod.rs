@@ -70,13 +70,8 @@ pub struct Args {
     /// Measure an already running cluster: its coordinator URL, or every coordinator of its
     /// group comma-separated (the one leading at the start is measured), participants named by
     /// --target-participant; no baseline, since its durability cannot be switched off.
-    #[arg(
-        long,
-        value_name = "URL[,URL...]",
-        value_parser = crate::coordinator_group::Addresses::parse,
-        requires = "target_participant"
-    )]
-    pub target_coordinator: Option<crate::coordinator_group::Addresses>,
+    #[arg(long, value_name = "URL[,URL...]", requires = "target_participant")]
+    pub target_coordinator: Option<String>,
     /// Participant names registered at --target-coordinator (repeat; reference KV participants).
     #[arg(long)]
     pub target_participant: Vec<String>,
@@ -242,8 +237,12 @@ async fn run(args: Args) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("twopc-bench-{}", std::process::id()));
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
-        Some(coordinators) => {
-            let url = crate::target::leader(coordinators, &args.client).await?;
+        Some(list) => {
+            // Checked here rather than by clap: a bad address is exit 1, named, as it was.
+            let coordinators = crate::coordinator_group::Addresses::parse(list)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("--target-coordinator {list:?}"))?;
+            let url = crate::target::leader(&coordinators, &args.client).await?;
             Target {
                 coordinator: Arc::new({
                     let target = endpoint(&url, token_of(&args.client)?)

@@ -132,6 +132,7 @@ pub enum CtlCommand {
     },
     /// Clear the "log behind" mark (audited): after checking that the evidence it rests on
     /// is a mistake, or accepting that this log lost a run (docs/operations.md, "Restores").
+    /// Sent to the first --coordinator only: a repeat could clear a mark nobody checked.
     ClearBehind {
         /// Why, for the audit trail.
         #[arg(long)]
