@@ -16,6 +16,8 @@ use protocol::{ErrorBody, ErrorCode};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use crate::printable::printable;
+
 /// The base URLs of a coordinator group, in the order given; never empty, no duplicates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Addresses(Vec<String>);
@@ -170,10 +172,13 @@ impl std::fmt::Display for Exhausted {
     }
 }
 
+/// A node's words, each field escaped: they are a peer's and end up on a terminal, where a
+/// newline in them must not start a line that looks like ours.
 fn declined_text(body: &ErrorBody) -> String {
+    let message = printable(&body.message);
     match &body.leader {
-        Some(leader) => format!("{}: {} (leader: {leader})", body.error, body.message),
-        None => format!("{}: {}", body.error, body.message),
+        Some(leader) => format!("{}: {message} (leader: {})", body.error, printable(leader)),
+        None => format!("{}: {message}", body.error),
     }
 }
 

@@ -160,6 +160,17 @@ async fn a_post_without_an_id_is_not_resent() {
     assert_eq!(at_leader.load(Ordering::SeqCst), 0);
 }
 
+#[test]
+fn what_a_node_said_is_escaped() {
+    let mut body = ErrorBody::new(ErrorCode::NotLeader, "no\nfake line\u{1b}[2J");
+    body.leader = Some("http://x\n".into());
+    let text = Exhausted {
+        attempts: vec![("http://a".into(), Said::Declined(body))],
+    }
+    .to_string();
+    assert!(!text.contains(['\n', '\u{1b}']), "{text:?}");
+}
+
 #[tokio::test]
 async fn one_address_is_asked_once_and_reported_as_before() {
     let dead = unreachable();
