@@ -31,10 +31,10 @@ pub fn main(args: Args) -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<bool> {
-    let urls = args
-        .target
-        .urls()
-        .context("--target-coordinator and the three --target-* participant URLs are required")?;
+    let urls =
+        args.target.urls(&args.client).await?.context(
+            "--target-coordinator and the three --target-* participant URLs are required",
+        )?;
     let bytes = std::fs::read(&args.record)
         .with_context(|| format!("cannot read {}", args.record.display()))?;
     let record: RunRecord = serde_json::from_slice(&bytes)

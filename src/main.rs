@@ -4,6 +4,7 @@ mod async_main;
 mod audit_cmd;
 mod bench;
 mod client;
+mod coordinator_group;
 mod ctl;
 mod demo;
 mod latency;
@@ -52,7 +53,8 @@ enum Command {
     /// One process of `twopc bench`'s HTTP floor cluster (started by the bench itself).
     #[command(hide = true)]
     BenchFloorNode(bench::floor::NodeArgs),
-    /// Operators: list, show (with each participant's evidence), retry, resolve, audit.
+    /// Operators: list, show (with each participant's evidence), retry, resolve, audit; of one
+    /// coordinator or the leader of a group (`--coordinator URL,URL,...`).
     Ctl(ctl::Args),
     /// A lease holder that acquires, renews and writes through a fence (tests, docs/leases.md).
     #[command(hide = true)]

@@ -1,4 +1,5 @@
-//! `twopc ctl` without a coordinator: the exit codes an operator's script relies on.
+//! `twopc ctl`: the exit codes an operator's script relies on, mostly without a coordinator;
+//! and a `--coordinator` list whose first address is dead, against a real coordinator.
 
 use std::process::Command;
 
@@ -31,6 +32,13 @@ fn bad_usage_is_exit_code_2() {
     let (code, stderr) = ctl(&["resolve", "order-1", "--decision", "maybe", "--reason", "x"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("maybe"), "{stderr}");
+    let (code, stderr) = ctl(&[
+        "--coordinator",
+        "http://127.0.0.1:9,http://127.0.0.1:9/",
+        "audit",
+    ]);
+    assert_eq!(code, Some(2), "an address named twice: {stderr}");
+    assert!(stderr.contains("named twice"), "{stderr}");
     let (code, stderr) = ctl(&["retry"]);
     assert_eq!(
         code,
@@ -108,4 +116,46 @@ fn ctl_ignores_proxy_variables_and_escapes_what_the_server_says() {
         !stderr.contains(['\u{1b}', '\u{9b}', '\u{202e}']),
         "raw control characters reached the terminal: {stderr:?}"
     );
+}
+
+#[test]
+fn a_dead_address_first_in_the_list_moves_on_to_the_coordinator() {
+    use cluster::node::{Node, NodeSpec, free_port};
+    let dir = tempfile::tempdir().unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let args = [
+        "coordinator",
+        "--listen",
+        &addr.to_string(),
+        "--data-dir",
+        &dir.path().join("coordinator").display().to_string(),
+        "--participant",
+        "inventory=http://127.0.0.1:9",
+    ];
+    let mut coordinator = Node::start(NodeSpec {
+        name: "coordinator".into(),
+        binary: env!("CARGO_BIN_EXE_twopc").into(),
+        args: args.map(String::from).to_vec(),
+        env: Vec::new(),
+        addr,
+        log_path: dir.path().join("coordinator.log"),
+        tokens: None,
+    });
+    coordinator
+        .wait_ready(std::time::Duration::from_secs(20))
+        .unwrap();
+    // Port 9 (discard) on loopback: nothing listens there.
+    let list = format!("http://127.0.0.1:9,{}", coordinator.url());
+    let (code, stderr) = ctl(&["--coordinator", &list, "--json", "audit"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    // Nobody of the list answering is exit code 3, every address named.
+    let (code, stderr) = ctl(&[
+        "--coordinator",
+        "http://127.0.0.1:9,http://127.0.0.1:19",
+        "audit",
+    ]);
+    assert_eq!(code, Some(3), "{stderr}");
+    for dead in ["http://127.0.0.1:9:", "http://127.0.0.1:19:"] {
+        assert!(stderr.contains(dead), "{stderr}");
+    }
 }

@@ -75,7 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:7101".into());
 
     let mut config = ParticipantConfig::new(data_dir);
-    config.coordinator_url = Some("http://127.0.0.1:7000".into()); // asked when in doubt
+    config.coordinator_urls = vec!["http://127.0.0.1:7000".into()]; // asked when in doubt
     // Locks the directory, replays the log, holds recovered prepared bookings' seats.
     let seats = Participant::open(config, Seats::default)?;
 

@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("usage: pg_accounts POSTGRES_URL LISTEN_ADDR")?;
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:7201".into());
     let mut config = PgConfig::new(url, "accounts");
-    config.coordinator_url = Some("http://127.0.0.1:7000".into());
+    config.coordinator_urls = vec!["http://127.0.0.1:7000".into()];
     // Refuses max_prepared_transactions = 0, creates the bookkeeping tables.
     let participant = PgParticipant::start(config, Accounts).await?;
     // In-doubt transactions left by an earlier run are asked about at once.

@@ -13,9 +13,10 @@ pub struct ParticipantConfig {
     pub data_dir: PathBuf,
     /// Protocol tunables (in-doubt time, backoff, tombstone retention).
     pub engine: EngineConfig,
-    /// Base URL of the coordinator to ask about in-doubt transactions (`http://host:port`).
-    /// `None`: in-doubt transactions wait for the coordinator's own resend.
-    pub coordinator_url: Option<String>,
+    /// Base URLs of the coordinator to ask about in-doubt transactions (`http://host:port`):
+    /// one, or every coordinator of its group (the leader answers; the others are tried in
+    /// turn). Empty: in-doubt transactions wait for the coordinator's own resend.
+    pub coordinator_urls: Vec<String>,
     /// Timeout of one decision query.
     pub decision_timeout_ms: u64,
     /// How often the in-doubt scan runs.
@@ -42,7 +43,7 @@ impl ParticipantConfig {
         Self {
             data_dir: data_dir.into(),
             engine: EngineConfig::default(),
-            coordinator_url: None,
+            coordinator_urls: Vec::new(),
             decision_timeout_ms: 2_000,
             tick_ms: 100,
             checkpoint_every_records: 10_000,

@@ -180,6 +180,14 @@ impl<R: Resource> Participant<R> {
             config.decision_timeout_ms,
             config.coordinator_tls.clone(),
         )?;
-        Ok(Participant::from_parts(engine, wal, config, lock, client))
+        let coordinators =
+            crate::decision_client::Coordinators::new(client, &config.coordinator_urls);
+        Ok(Participant::from_parts(
+            engine,
+            wal,
+            config,
+            lock,
+            coordinators,
+        ))
     }
 }

@@ -4,7 +4,8 @@
 //! the coordinator that prepared it. `pending`, `unknown` or no answer means ask again later;
 //! the participant never decides alone.
 //!
-//! The coordinator URL comes from the participant's own configuration only.
+//! The coordinator URLs come from the participant's own configuration only; with several (a
+//! coordinator group), the query goes to the leader (`decision_client::Coordinators`).
 
 use std::time::Duration;
 
@@ -51,23 +52,24 @@ impl<R: Resource> Participant<R> {
     /// coordinator id, no lower epoch than it holds).
     async fn ask(&self, txid: &TxId, query: &DecisionQuery) -> Option<DecisionQueryResponse> {
         self.metrics().count_decision_query();
-        let Some(base) = &self.config().coordinator_url else {
+        if self.inner.coordinators.is_empty() {
             tracing::warn!(
                 %txid,
                 "in doubt and no --coordinator configured; waiting for the coordinator to resend"
             );
             return None;
-        };
-        let url = format!(
-            "{}{}",
-            base.trim_end_matches('/'),
-            routes::decision_query_path(txid, query)
-        );
-        match crate::decision_client::ask(&self.inner.client, &url, &self.config().keys).await {
+        }
+        let path = routes::decision_query_path(txid, query);
+        match self
+            .inner
+            .coordinators
+            .ask(&path, &self.config().keys)
+            .await
+        {
             Ok(body) => Some(body),
             Err(error) => {
                 self.metrics().count_decision_query_failure();
-                tracing::warn!(%txid, %url, %error, "decision query failed; will ask again");
+                tracing::warn!(%txid, %path, %error, "decision query failed; will ask again");
                 None
             }
         }

@@ -352,7 +352,7 @@ async fn in_doubt_asks_the_coordinator_and_obeys_after_pending() {
     let (url, asked) = stub_coordinator(vec!["pending", "pending", "commit"]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir);
-    cfg.coordinator_url = Some(url);
+    cfg.coordinator_urls = vec![url];
     cfg.engine.in_doubt_after_ms = 50;
     cfg.engine.decision_backoff_base_ms = 10;
     cfg.engine.decision_backoff_max_ms = 40;
@@ -385,13 +385,45 @@ async fn in_doubt_asks_the_coordinator_and_obeys_after_pending() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_doubt_reaches_the_leader_of_a_group_through_a_follower() {
+    let (leader, asked) = stub_coordinator(vec!["commit"]).await;
+    // A follower of the group: 503 not_leader naming the leader, on every route.
+    let named = leader.clone();
+    let follower_app = axum::Router::new().fallback(move || {
+        let body = protocol::ErrorBody::new(ErrorCode::NotLeader, "this node follows")
+            .with_leader(named.clone());
+        async move {
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(body),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let follower = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, follower_app).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir);
+    cfg.coordinator_urls = vec![follower, leader];
+    cfg.engine.in_doubt_after_ms = 20;
+    cfg.tick_ms = 5;
+    let p = open(cfg);
+    p.prepare(prepare("t1", 1, add("a", 3))).await.unwrap();
+    let resolver = p.spawn_resolver();
+    poll("the commit from the leader", || p.read(|t| t.applied) == 1).await;
+    resolver.abort();
+    assert_eq!(p.read(|t| t.counts["a"]), 3);
+    assert_eq!(asked.lock().unwrap().len(), 1, "the leader was asked once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_from_another_coordinator_is_not_obeyed() {
     // A coordinator that never saw the transaction (a wiped directory, a wrong URL) would
     // presume abort; the one that prepared it may have decided commit.
     let (url, asked) = stub_coordinator_named("someone-else", vec!["abort"]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir);
-    cfg.coordinator_url = Some(url);
+    cfg.coordinator_urls = vec![url];
     cfg.engine.in_doubt_after_ms = 10;
     cfg.engine.decision_backoff_base_ms = 5;
     cfg.engine.decision_backoff_max_ms = 5;
@@ -416,7 +448,7 @@ async fn an_unknown_answer_keeps_it_in_doubt_and_shows_why() {
     let (url, asked) = stub_coordinator(vec!["unknown"]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir);
-    cfg.coordinator_url = Some(url);
+    cfg.coordinator_urls = vec![url];
     cfg.engine.in_doubt_after_ms = 10;
     cfg.engine.decision_backoff_base_ms = 5;
     cfg.engine.decision_backoff_max_ms = 5;
@@ -446,7 +478,7 @@ async fn abort_answer_releases_and_no_answer_keeps_waiting() {
     let (url, _asked) = stub_coordinator(vec!["abort"]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir);
-    cfg.coordinator_url = Some(url);
+    cfg.coordinator_urls = vec![url];
     cfg.engine.in_doubt_after_ms = 20;
     cfg.tick_ms = 5;
     let p = open(cfg);

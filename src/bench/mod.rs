@@ -67,9 +67,10 @@ pub struct Args {
     /// Reads --concurrency (default here 1,16,64), --seconds and --json only.
     #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
     pub backend: String,
-    /// Measure an already running cluster: its coordinator URL (participants named by
-    /// --target-participant; no baseline, since its durability cannot be switched off).
-    #[arg(long, requires = "target_participant")]
+    /// Measure an already running cluster: its coordinator URL, or every coordinator of its
+    /// group comma-separated (the one leading at the start is measured), participants named by
+    /// --target-participant; no baseline, since its durability cannot be switched off.
+    #[arg(long, value_name = "URL[,URL...]", requires = "target_participant")]
     pub target_coordinator: Option<String>,
     /// Participant names registered at --target-coordinator (repeat; reference KV participants).
     #[arg(long)]
@@ -236,19 +237,26 @@ async fn run(args: Args) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("twopc-bench-{}", std::process::id()));
     let own = args.target_coordinator.is_none();
     let durable = match &args.target_coordinator {
-        Some(url) => Target {
-            coordinator: Arc::new({
-                let target = endpoint(url, token_of(&args.client)?)
-                    .with_context(|| format!("--target-coordinator {url:?}"))?;
-                match args.client.tls()? {
-                    Some(tls) => target.with_tls(tls),
-                    None => target,
-                }
-            }),
-            metric_urls: vec![url.trim_end_matches('/').to_string()],
-            participants: args.target_participant.clone(),
-            cluster: None,
-        },
+        Some(list) => {
+            // Checked here rather than by clap: a bad address is exit 1, named, as it was.
+            let coordinators = crate::coordinator_group::Addresses::parse(list)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("--target-coordinator {list:?}"))?;
+            let url = crate::target::leader(&coordinators, &args.client).await?;
+            Target {
+                coordinator: Arc::new({
+                    let target = endpoint(&url, token_of(&args.client)?)
+                        .with_context(|| format!("--target-coordinator {url:?}"))?;
+                    match args.client.tls()? {
+                        Some(tls) => target.with_tls(tls),
+                        None => target,
+                    }
+                }),
+                metric_urls: vec![url.trim_end_matches('/').to_string()],
+                participants: args.target_participant.clone(),
+                cluster: None,
+            }
+        }
         None => tokio::task::block_in_place(|| start_own(true, max_participants, &scratch))
             .context("starting the durable cluster")?,
     };

@@ -1,14 +1,15 @@
-//! One request to the coordinator and what its answer means for ctl's exit code: a refusal
-//! or failure is printed with the coordinator's own words (and evidence), an unreachable
-//! coordinator is told apart from one that said no.
+//! One request to the coordinator group and what its answer means for ctl's exit code: a
+//! refusal or failure is printed with the coordinator's own words (and evidence), an
+//! unreachable group is told apart from one that said no. Finding the leader among the
+//! `--coordinator` addresses is `crate::coordinator_group`'s.
 
-use reqwest::RequestBuilder;
 use serde_json::Value;
 
 use protocol::ErrorBody;
 use protocol::operator::RefusalBody;
 
 use super::text::evidence_text;
+use crate::coordinator_group::{Answer, Group, Request, Resend, SendError};
 use crate::printable::{printable as p, printable_json, printable_lines};
 
 /// A failure with the exit code it means.
@@ -17,17 +18,15 @@ pub struct Failed {
     pub message: String,
 }
 
-/// The coordinator ctl talks to, and whether to print its JSON as it is.
+/// The coordinators ctl talks to, and whether to print their JSON as it is.
 pub struct Call {
-    pub client: reqwest::Client,
-    pub base: String,
+    pub group: Group,
     pub json: bool,
 }
 
 impl Call {
     pub async fn get(&self, path: &str) -> Result<Value, Failed> {
-        self.send(self.client.get(format!("{}{path}", self.base)))
-            .await
+        self.send(&Request::get(path)).await
     }
 
     /// A GET whose 404 means "none" rather than a failure.
@@ -38,22 +37,25 @@ impl Call {
         }
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, Failed> {
-        self.send(self.client.post(format!("{}{path}", self.base)).json(body))
-            .await
+    /// A POST; `resend` says whether another coordinator of the group may be asked when the
+    /// first does not take it (see `Resend`).
+    pub async fn post(&self, path: &str, body: &Value, resend: Resend) -> Result<Value, Failed> {
+        self.send(&Request::post(path, body.clone(), resend)).await
     }
 
-    async fn send(&self, request: RequestBuilder) -> Result<Value, Failed> {
-        let response = request.send().await.map_err(|e| Failed {
-            code: 3,
-            message: format!("cannot reach the coordinator at {}: {e}", self.base),
+    async fn send(&self, request: &Request) -> Result<Value, Failed> {
+        let Answer {
+            status,
+            body: bytes,
+            ..
+        } = self.group.send(request).await.map_err(|e| Failed {
+            // Nobody answered at all: unreachable (3); somebody declined: a failure (1).
+            code: match &e {
+                SendError::Exhausted(exhausted) if exhausted.none_answered() => 3,
+                _ => 1,
+            },
+            message: e.to_string(),
         })?;
-        let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
-            .await
-            .map_err(|e| Failed {
-                code: 1,
-                message: format!("the coordinator at {}: {e}", self.base),
-            })?;
         let body: Value = serde_json::from_slice(&bytes).map_err(|e| Failed {
             code: 1,
             message: format!("HTTP {status}: the answer is not JSON: {e}"),

@@ -1,8 +1,12 @@
 //! `twopc ctl`: the operator's command line over the coordinator's HTTP API. It only reads
 //! what the coordinator serves and asks it to act; every action is judged and audited there.
 //!
+//! `--coordinator` may name every coordinator of a group (issue 27): each request goes to
+//! the one that answered last, and on no answer or a 503 `not_leader`/`not_ready` to the
+//! others in turn (`crate::coordinator_group`).
+//!
 //! Exit codes: 0 done; 1 the coordinator refused or failed (its error is printed); 2 bad
-//! usage; 3 the coordinator could not be reached.
+//! usage; 3 no coordinator could be reached.
 //!
 //! This file holds the command line and its dispatch; `call` one request to the coordinator
 //! and the exit code its answer means, `text` the readable form of what it serves.
@@ -17,6 +21,7 @@ use protocol::operator::{AuditList, Evidence, ResolveResponse};
 use protocol::{TransactionList, TransactionStatus};
 use serde_json::json;
 
+use crate::coordinator_group::{Addresses, Group, Resend};
 use crate::printable::printable_lines;
 use call::{Call, Failed};
 use text::{
@@ -26,14 +31,18 @@ use text::{
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The coordinator's base URL.
+    /// The coordinator's base URL, or every coordinator of a group, comma-separated
+    /// (`http://a:7100,http://b:7100`): requests go to the leader, found by trying them in
+    /// turn (a follower answers 503 not_leader).
     #[arg(
         long,
         env = "TWOPC_COORDINATOR",
         default_value = "http://127.0.0.1:7100",
+        value_name = "URL[,URL...]",
+        value_parser = Addresses::parse,
         global = true
     )]
-    pub coordinator: String,
+    pub coordinator: Addresses,
     /// Print the coordinator's JSON instead of the readable form.
     #[arg(long, global = true)]
     pub json: bool,
@@ -123,6 +132,7 @@ pub enum CtlCommand {
     },
     /// Clear the "log behind" mark (audited): after checking that the evidence it rests on
     /// is a mistake, or accepting that this log lost a run (docs/operations.md, "Restores").
+    /// Sent to the first --coordinator only: a repeat could clear a mark nobody checked.
     ClearBehind {
         /// Why, for the audit trail.
         #[arg(long)]
@@ -166,10 +176,8 @@ async fn run(args: Args) -> Result<(), Failed> {
             code: 2,
             message: format!("{e:#}"),
         })?;
-    let base = args.coordinator.trim_end_matches('/').to_string();
     let call = Call {
-        client,
-        base,
+        group: Group::new(client, args.coordinator),
         json: args.json,
     };
     match args.command {
@@ -220,8 +228,13 @@ async fn run(args: Args) -> Result<(), Failed> {
             if !participants.is_empty() {
                 body["participants"] = json!(participants);
             }
+            // A repeat is refused not_in_doubt once the first took: it cannot act twice.
             let answer = call
-                .post(&format!("/v1/transactions/{id}/resolve"), &body)
+                .post(
+                    &format!("/v1/transactions/{id}/resolve"),
+                    &body,
+                    Resend::Safe,
+                )
                 .await?;
             call.print(&answer, |b| {
                 let resolved: ResolveResponse = serde_json::from_value(b.clone())?;
@@ -251,8 +264,13 @@ async fn run(args: Args) -> Result<(), Failed> {
                     });
                 }
             };
+            // It only resends decisions already logged, which participants take idempotently.
             let answer = call
-                .post(&path, &json!({"operator": operator, "reason": reason}))
+                .post(
+                    &path,
+                    &json!({"operator": operator, "reason": reason}),
+                    Resend::Safe,
+                )
                 .await?;
             call.print(&answer, |b| {
                 Ok(format!(
@@ -281,6 +299,7 @@ async fn run(args: Args) -> Result<(), Failed> {
                 .post(
                     &format!("/v1/sagas/{id}/retry"),
                     &json!({"operator": operator, "reason": reason}),
+                    Resend::Safe,
                 )
                 .await?;
             call.print(&answer, |b| {
@@ -304,6 +323,8 @@ async fn run(args: Args) -> Result<(), Failed> {
                 .post(
                     &format!("/v1/sagas/{id}/resolve"),
                     &json!({"operator": operator, "reason": reason}),
+                    // A saga settled already is refused the second time.
+                    Resend::Safe,
                 )
                 .await?;
             call.print(&answer, |b| {
@@ -316,6 +337,8 @@ async fn run(args: Args) -> Result<(), Failed> {
                 .post(
                     protocol::routes::LOG_BEHIND_CLEAR,
                     &json!({"operator": operator, "reason": reason}),
+                    // No id: a repeat could clear a new mark nobody has checked.
+                    Resend::Never,
                 )
                 .await?;
             call.print(&answer, |b| {

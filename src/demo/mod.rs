@@ -118,7 +118,7 @@ async fn run(mut args: Args) -> Result<bool> {
         return Ok(true);
     }
     let mut own = None;
-    let urls = match args.target.urls() {
+    let urls = match args.target.urls(&args.client).await? {
         Some(urls) => {
             println!(
                 "twopc demo: driving the running cluster at {}",

@@ -30,7 +30,7 @@ demo starts a throwaway cluster of its own. docs/postgres.md (\"Try it locally\"
 `twopc demo` without --backend needs nothing.";
 
 pub async fn run(args: &Args, config: &CheckoutConfig) -> Result<bool> {
-    if args.target.urls().is_some()
+    if args.target.targeted()
         || args.keep_running
         || args.record.is_some()
         || args.write_seeds.is_some()

@@ -39,8 +39,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE|JSON")]
     pub seed: Option<String>,
     /// Coordinator base URL asked about in-doubt transactions (`http://127.0.0.1:7000`, or
-    /// `https://` with --tls-ca).
-    #[arg(long)]
+    /// `https://` with --tls-ca); for a coordinator group, every coordinator's URL,
+    /// comma-separated (the leader answers; the others are tried in turn).
+    #[arg(long, value_name = "URL[,URL...]")]
     pub coordinator: Option<String>,
     /// A prepared transaction with no decision for this long asks the coordinator.
     #[arg(long, default_value_t = 5_000)]
@@ -128,6 +129,27 @@ pub struct ServeArgs {
     pub connections_max: usize,
 }
 
+/// The addresses of `--coordinator` (none without it): each comma-separated base URL without
+/// its trailing `/`; an empty one or the same one twice is refused. `TlsArgs::coordinator`
+/// checks each one's scheme.
+pub fn coordinator_urls(flag: Option<&str>) -> Result<Vec<String>, String> {
+    let Some(flag) = flag else {
+        return Ok(Vec::new());
+    };
+    let mut urls: Vec<String> = Vec::new();
+    for item in flag.split(',') {
+        let url = item.trim().trim_end_matches('/');
+        if url.is_empty() {
+            return Err(format!("--coordinator {flag:?} has an empty address"));
+        }
+        if urls.iter().any(|u| u.eq_ignore_ascii_case(url)) {
+            return Err(format!("--coordinator names {url:?} twice"));
+        }
+        urls.push(url.to_string());
+    }
+    Ok(urls)
+}
+
 impl ServeArgs {
     /// The listener's bounds, checked.
     pub fn limits(&self) -> Result<net::ServeLimits, String> {
@@ -162,13 +184,13 @@ impl TlsArgs {
             .map_err(|e| e.to_string())
     }
 
-    /// The decision client's TLS, checked against the --coordinator URL: `http://` or
+    /// The decision client's TLS, checked against each --coordinator URL: `http://` or
     /// `https://`, and `https://` only with --tls-ca.
     pub fn coordinator(
         &self,
-        coordinator: Option<&str>,
+        coordinators: &[String],
     ) -> Result<Option<Arc<rustls::ClientConfig>>, String> {
-        if let Some(url) = coordinator {
+        for url in coordinators {
             if url.starts_with("https://") {
                 if self.tls_ca.is_none() {
                     return Err(format!(

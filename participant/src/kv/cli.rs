@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use protocol::ParticipantName;
 
-use crate::cli::args::{Args, COMMIT_GROUP_DELAY_US_MAX};
+use crate::cli::args::{Args, COMMIT_GROUP_DELAY_US_MAX, coordinator_urls};
 use crate::cli::shutdown::shutdown_signal;
 use crate::config::ParticipantConfig;
 use crate::kv::{KvStore, routes};
@@ -39,8 +39,8 @@ impl Args {
         let mut config = ParticipantConfig::new(data_dir);
         config.keys = self.auth.keys(self.listen)?;
         config.loopback_listen = self.listen.ip().is_loopback();
-        config.coordinator_url = self.coordinator.clone();
-        config.coordinator_tls = self.tls.coordinator(self.coordinator.as_deref())?;
+        config.coordinator_urls = coordinator_urls(self.coordinator.as_deref())?;
+        config.coordinator_tls = self.tls.coordinator(&config.coordinator_urls)?;
         config.engine.in_doubt_after_ms = self.in_doubt_after_ms;
         config.engine.decision_backoff_base_ms = self.decision_backoff_base_ms;
         config.engine.decision_backoff_max_ms = self.decision_backoff_max_ms;
@@ -279,6 +279,27 @@ mod tests {
         ])
         .unwrap();
         assert!(with_ca.coordinator_tls.is_some());
+    }
+
+    #[test]
+    fn coordinator_takes_a_list_checking_each_address() {
+        let one = config(&["--coordinator", "http://127.0.0.1:7100/"]).unwrap();
+        assert_eq!(one.coordinator_urls, ["http://127.0.0.1:7100"]);
+        let group = config(&["--coordinator", "http://a:7100, http://b:7100"]).unwrap();
+        assert_eq!(group.coordinator_urls, ["http://a:7100", "http://b:7100"]);
+        assert!(config(&[]).unwrap().coordinator_urls.is_empty());
+        // The TLS check applies to every address, not only the first.
+        let error = config(&["--coordinator", "http://a:7100,https://b:7100"]).unwrap_err();
+        assert!(
+            error.contains("https://b:7100") && error.contains("--tls-ca"),
+            "{error}"
+        );
+        let error = config(&["--coordinator", "http://a:7100,b:7100"]).unwrap_err();
+        assert!(error.contains("http:// or https://"), "{error}");
+        let error = config(&["--coordinator", "http://a:7100,http://A:7100/"]).unwrap_err();
+        assert!(error.contains("twice"), "{error}");
+        let error = config(&["--coordinator", "http://a:7100,"]).unwrap_err();
+        assert!(error.contains("empty"), "{error}");
     }
 
     #[test]

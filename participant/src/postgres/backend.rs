@@ -90,7 +90,8 @@ pub(crate) struct Inner<W: PgWork> {
     /// The coordinator's last answer per in-doubt gid, for `/v1/prepared`.
     pub(crate) answers: Mutex<HashMap<String, String>>,
     pub(crate) metrics: PgMetrics,
-    pub(crate) client: reqwest::Client,
+    /// Whom in-doubt transactions are asked about (`decision_client`).
+    pub(crate) coordinators: crate::decision_client::Coordinators,
     pub(crate) max_prepared: i64,
 }
 
@@ -155,6 +156,8 @@ impl<W: PgWork> PgParticipant<W> {
             config.decision_timeout_ms,
             config.coordinator_tls.clone(),
         )?;
+        let coordinators =
+            crate::decision_client::Coordinators::new(http, &config.coordinator_urls);
         Ok(Self {
             inner: Arc::new(Inner {
                 work,
@@ -165,7 +168,7 @@ impl<W: PgWork> PgParticipant<W> {
                 preparing: Mutex::new(HashSet::new()),
                 answers: Mutex::new(HashMap::new()),
                 metrics: PgMetrics::default(),
-                client: http,
+                coordinators,
                 max_prepared,
             }),
         })

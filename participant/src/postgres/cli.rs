@@ -46,8 +46,8 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     }
     let mut config = PgConfig::new(url, args.name.as_str());
     config.connections = args.postgres.postgres_connections;
-    config.coordinator_url = args.coordinator.clone();
-    config.coordinator_tls = args.tls.coordinator(args.coordinator.as_deref())?;
+    config.coordinator_urls = crate::cli::args::coordinator_urls(args.coordinator.as_deref())?;
+    config.coordinator_tls = args.tls.coordinator(&config.coordinator_urls)?;
     config.in_doubt_after_ms = args.in_doubt_after_ms;
     config.scan_every_ms = (args.in_doubt_after_ms / 4).clamp(10, 1_000);
     config.decision_timeout_ms = args.decision_timeout_ms;

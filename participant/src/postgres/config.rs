@@ -10,9 +10,10 @@ pub struct PgConfig {
     pub name: String,
     /// Most PostgreSQL sessions open at once (each running prepare holds one).
     pub connections: usize,
-    /// Base URL of the coordinator asked about in-doubt transactions. `None`: they wait for the
+    /// Base URLs of the coordinator (or of every coordinator of its group) asked about in-doubt
+    /// transactions, as `ParticipantConfig::coordinator_urls`. Empty: they wait for the
     /// coordinator's resend.
-    pub coordinator_url: Option<String>,
+    pub coordinator_urls: Vec<String>,
     /// A prepared transaction with no decision for this long is asked about.
     pub in_doubt_after_ms: u64,
     /// How often `pg_prepared_xacts` is scanned for in-doubt transactions.
@@ -42,7 +43,7 @@ impl PgConfig {
             url: url.into(),
             name: name.into(),
             connections: 16,
-            coordinator_url: None,
+            coordinator_urls: Vec::new(),
             in_doubt_after_ms: 5_000,
             scan_every_ms: 1_000,
             decision_timeout_ms: 2_000,

@@ -204,20 +204,23 @@ impl<W: PgWork> PgParticipant<W> {
     }
 
     async fn ask(&self, txid: &TxId, query: &DecisionQuery) -> Option<DecisionQueryResponse> {
-        let base = self.config().coordinator_url.as_ref()?;
+        if self.inner.coordinators.is_empty() {
+            return None;
+        }
         self.inner
             .metrics
             .decision_queries
             .fetch_add(1, Ordering::Relaxed);
-        let url = format!(
-            "{}{}",
-            base.trim_end_matches('/'),
-            routes::decision_query_path(txid, query)
-        );
-        match crate::decision_client::ask(&self.inner.client, &url, &self.inner.config.keys).await {
+        let path = routes::decision_query_path(txid, query);
+        match self
+            .inner
+            .coordinators
+            .ask(&path, &self.inner.config.keys)
+            .await
+        {
             Ok(answer) => Some(answer),
             Err(error) => {
-                tracing::warn!(%url, %error, "decision query failed; will ask again");
+                tracing::warn!(%path, %error, "decision query failed; will ask again");
                 None
             }
         }

@@ -61,7 +61,8 @@ pub(crate) struct Inner<R: Resource> {
     /// Set by `close`: appends that fail with `Closed` after it are expected, not a log failure.
     pub(crate) closing: AtomicBool,
     pub(crate) fatal_notify: tokio::sync::Notify,
-    pub(crate) client: reqwest::Client,
+    /// Whom in-doubt transactions are asked about (`decision_client`).
+    pub(crate) coordinators: crate::decision_client::Coordinators,
     /// Held for the life of the process: the exclusive lock on `<data-dir>/LOCK`.
     pub(crate) _dir_lock: File,
 }
@@ -111,7 +112,7 @@ impl<R: Resource> Participant<R> {
         wal: Wal,
         config: ParticipantConfig,
         dir_lock: File,
-        client: reqwest::Client,
+        coordinators: crate::decision_client::Coordinators,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -128,7 +129,7 @@ impl<R: Resource> Participant<R> {
                 fatal: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 fatal_notify: tokio::sync::Notify::new(),
-                client,
+                coordinators,
                 _dir_lock: dir_lock,
             }),
         }
