@@ -8,6 +8,8 @@ use std::sync::atomic::AtomicU64;
 use protocol::saga::SagaState;
 
 use net::exposition::Exposition;
+
+pub mod group;
 pub use net::exposition::Histogram;
 
 use crate::engine::view::Gauges;

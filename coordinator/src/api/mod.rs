@@ -316,7 +316,10 @@ async fn metrics(State(state): State<AppState>) -> Response {
         None => Sampled::default(),
     };
     let sagas = state.core.get().map(|core| core.saga_numbers());
-    let text = state.metrics.render(sampled, &loads, sagas.as_ref());
+    let mut text = state.metrics.render(sampled, &loads, sagas.as_ref());
+    if let Some(node) = &state.group {
+        text.push_str(&crate::metrics::group::render(&node.numbers()));
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, net::exposition::CONTENT_TYPE)],

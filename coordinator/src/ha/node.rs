@@ -131,6 +131,28 @@ impl GroupNode {
         self.mirror.get()
     }
 
+    /// The group's numbers for `/metrics`.
+    pub fn numbers(&self) -> crate::metrics::group::GroupNumbers {
+        let copy = self.host.status();
+        let mut numbers = crate::metrics::group::GroupNumbers {
+            leader: self.refusal().is_none(),
+            term: copy.highest_term,
+            copy_batches_applied: copy.batches_applied,
+            ..Default::default()
+        };
+        if let Some(mirror) = self.mirror.get() {
+            let followers = mirror.followers();
+            numbers.term = mirror.term();
+            numbers.followers_attached = followers.len() as u64;
+            numbers.followers_in_sync =
+                followers.iter().filter(|(_, _, in_sync)| *in_sync).count() as u64;
+            let stats = mirror.stats();
+            numbers.followers_dropped = stats.followers_dropped.load(Ordering::Relaxed);
+            numbers.sync_points = stats.sync_points.load(Ordering::Relaxed);
+        }
+        numbers
+    }
+
     /// Why a client must go elsewhere, with the leader's URL when known; `None` while this
     /// node leads and its lease surely holds.
     pub fn refusal(&self) -> Option<(Option<String>, String)> {
