@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster::checkout::{CheckoutConfig, Order};
-use cluster::group::{GroupSpec, LocalGroup, node_name, tail};
+use cluster::group::{GroupSpec, GroupView, LocalGroup, node_name, tail};
 use cluster::oracle::{ClientOutcome, audit, read_totals};
 use protocol::{ErrorBody, ErrorCode, Outcome, TransactionResponse, TransactionStatus};
 
@@ -28,6 +28,8 @@ const SHORT_TTL_MS: u64 = 2_000;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an order keeps trying before it counts as unanswered.
 const RETRY_WINDOW: Duration = Duration::from_secs(30);
+/// How long a client avoids a node that gave no answer while another node refuses with 503.
+const SILENT_FOR: Duration = Duration::from_secs(5);
 const PREPARE_TIMEOUT_MS: u64 = 5_000;
 const CLIENTS: usize = 4;
 /// Bound of every wait for the group to reach a shape.
@@ -149,9 +151,12 @@ impl Load {
     }
 }
 
-/// Sends one order until some node answers it with 200 or the retry window closes: follows a
-/// `not_leader` naming a node of the group, and tries the next node after any other failure,
-/// always with the same id. A status other than 200 and 503 is a bug here: `Unknown`.
+/// Sends one order until some node answers it with 200 or the retry window closes: tries the
+/// next node after a failure, always with the same id, and follows a `not_leader` naming a
+/// node of the group, unless that node has just failed to answer at all (a leader that died
+/// or stopped is still named by its followers until its lease expires; going back to it
+/// would only wait out another request timeout). A status other than 200 and 503 is a bug
+/// here: `Unknown`.
 async fn submit(
     client: &reqwest::Client,
     urls: &[String],
@@ -162,6 +167,8 @@ async fn submit(
     let body = order.request(PREPARE_TIMEOUT_MS);
     let deadline = Instant::now() + RETRY_WINDOW;
     let mut target = preferred.load(Ordering::SeqCst);
+    // The node that last gave no answer, and when.
+    let mut silent: Option<(usize, Instant)> = None;
     loop {
         let sent = client
             .post(format!("{}/v1/transactions", urls[target]))
@@ -169,7 +176,10 @@ async fn submit(
             .json(&body)
             .send()
             .await;
-        let mut next = (target + 1) % urls.len();
+        let other = (target + 1) % urls.len();
+        let just_silent =
+            |node: usize| silent.is_some_and(|(n, at)| n == node && at.elapsed() < SILENT_FOR);
+        let mut next = other;
         if let Ok(response) = sent {
             let status = response.status().as_u16();
             let text = response.text().await.unwrap_or_default();
@@ -194,17 +204,21 @@ async fn submit(
                     return ClientOutcome::Aborted;
                 }
                 (503, _) => {
-                    let refusal = serde_json::from_str::<ErrorBody>(&text).ok();
-                    if let Some(leader) = refusal
+                    let named = serde_json::from_str::<ErrorBody>(&text)
+                        .ok()
                         .filter(|r| r.error == ErrorCode::NotLeader)
                         .and_then(|r| r.leader)
-                        .and_then(|leader| urls.iter().position(|u| *u == leader))
-                    {
-                        next = leader;
-                    }
+                        .and_then(|leader| urls.iter().position(|u| *u == leader));
+                    next = match named {
+                        Some(leader) if !just_silent(leader) => leader,
+                        _ if just_silent(other) => target,
+                        _ => other,
+                    };
                 }
                 _ => return ClientOutcome::Unknown,
             }
+        } else {
+            silent = Some((target, Instant::now()));
         }
         if Instant::now() >= deadline {
             return ClientOutcome::Unknown;
@@ -304,7 +318,10 @@ async fn audit_after_failover(
         .filter(|(_, outcome)| *outcome == ClientOutcome::Unknown)
         .map(|(order, _)| &order.id)
         .collect();
-    assert!(unanswered.is_empty(), "orders never answered: {unanswered:?}");
+    assert!(
+        unanswered.is_empty(),
+        "orders never answered: {unanswered:?}"
+    );
     let odd: Vec<_> = heard
         .iter()
         .filter(|h| h.status != 200 && h.status != 503)
@@ -401,8 +418,9 @@ async fn sigkill_of_the_leader_mid_load_loses_nothing() {
     println!("sigkill: leading_after_ms={}", fault.elapsed().as_millis());
     assert!(new.role.term > old.role.term, "{new:?} after {old:?}");
     assert!(new.epoch > old.epoch, "epochs rise: {new:?} after {old:?}");
-    let first = load.wait_commit(1, fault, &group).await;
-    load.wait_commit(1, first, &group).await;
+    load.wait_commit(1, fault, &group).await;
+    // A real load through the new leader too, before the audit.
+    load.wait_commits(1, 20, &group).await;
     let (orders, heard) = load.finish().await;
     let down = unavailability(&heard, 0, 1, fault);
     println!("sigkill: unavailability_ms={}", down.as_millis());
@@ -464,14 +482,23 @@ async fn sigstop_of_the_leader_past_its_lease() {
             sent
         }
     });
+    let resumed = Instant::now();
     let exit = tokio::task::block_in_place(|| group.coordinators[0].wait_exit(WAIT));
     let exited = Instant::now();
+    println!(
+        "sigstop: exited_after_sigcont_ms={}",
+        exited.duration_since(resumed).as_millis()
+    );
     probing.store(false, Ordering::SeqCst);
     let probes = probe.await.unwrap();
     let log = group.coordinators[0].log();
     let exit = exit.unwrap_or_else(|| panic!("c0 kept running; log tail:\n{}", tail(&log, 40)));
     assert_eq!(exit.code(), Some(5), "log tail:\n{}", tail(&log, 40));
-    assert!(log.contains("STEPPING DOWN"), "log tail:\n{}", tail(&log, 40));
+    assert!(
+        log.contains("STEPPING DOWN"),
+        "log tail:\n{}",
+        tail(&log, 40)
+    );
     let answered: Vec<_> = probes
         .iter()
         .filter(|(_, status)| status.is_some_and(|s| s != 503))
@@ -488,10 +515,12 @@ async fn sigstop_of_the_leader_past_its_lease() {
         .collect();
     assert!(late.is_empty(), "answers from the deposed leader: {late:?}");
     let down = unavailability(&heard, 0, 1, fault);
+    let refused_503 = probes.iter().filter(|(_, s)| *s == Some(503)).count();
     println!(
-        "sigstop: unavailability_ms={} probes={} (all refused)",
+        "sigstop: unavailability_ms={} probes_after_sigcont={} (503: {refused_503}, no answer: {})",
         down.as_millis(),
-        probes.len()
+        probes.len(),
+        probes.len() - refused_503
     );
     print_timeline(&heard, fault);
 
@@ -502,16 +531,17 @@ async fn sigstop_of_the_leader_past_its_lease() {
     assert!(down < UNAVAILABILITY_MAX, "unavailable for {down:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loss_of_a_follower_keeps_the_leader_going() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut group = start_group(dir.path(), Some(SHORT_TTL_MS)).await;
-    let config = CheckoutConfig::default();
-    let load = Load::start(&group, &config, "degrade");
-    load.wait_commits(0, 20, &group).await;
-
-    let follower_lost = Instant::now();
-    group.coordinators[1].kill();
+/// Takes follower c1 away under load (by `fault`): leader c0 must run degraded (sync set
+/// empty in etcd, c1 not counted in sync) and keep committing, its commits held up at most
+/// about the replica timeout. Returns the degraded view.
+async fn lose_follower(
+    group: &mut LocalGroup,
+    load: &Load,
+    how: &str,
+    fault: impl FnOnce(&mut LocalGroup),
+) -> GroupView {
+    let lost = Instant::now();
+    fault(group);
     let degraded = group
         .wait_degraded(0, WAIT)
         .await
@@ -520,20 +550,45 @@ async fn loss_of_a_follower_keeps_the_leader_going() {
         degraded.followers.iter().all(|f| !f.in_sync),
         "{degraded:?}"
     );
-    let degraded_at = Instant::now();
-    load.wait_commit(0, degraded_at, &group).await;
-    // The longest the leader's commits stalled around the loss: about the replica timeout.
+    load.wait_commit(0, Instant::now(), group).await;
+    // The longest gap between the leader's commits since the loss.
     let mut commits = load.commits_by(0);
     commits.sort();
     let stall = commits
         .windows(2)
-        .filter(|w| w[1] > follower_lost)
+        .filter(|w| w[1] > lost)
         .map(|w| w[1].saturating_duration_since(w[0]))
         .max()
         .unwrap_or_default();
-    println!("follower loss: leader_stall_ms={}", stall.as_millis());
+    println!(
+        "follower {how}: degraded_after_ms={} leader_stall_ms={}",
+        lost.elapsed().as_millis(),
+        stall.as_millis()
+    );
     assert!(stall < Duration::from_secs(5), "commits stalled {stall:?}");
+    degraded
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_of_a_follower_keeps_the_leader_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = start_group(dir.path(), Some(SHORT_TTL_MS)).await;
+    let config = CheckoutConfig::default();
+    let load = Load::start(&group, &config, "degrade");
+    load.wait_commits(0, 20, &group).await;
+
+    // A follower that hangs (SIGSTOP) holds commits up for the replica timeout, then is
+    // dropped from the sync set; once it runs again it is attached afresh.
+    lose_follower(&mut group, &load, "hangs", |g| signal(g, 1, "STOP")).await;
+    signal(&group, 1, "CONT");
+    group
+        .wait_in_sync(0, 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    load.wait_commit(0, Instant::now(), &group).await;
+
+    // A follower that dies (SIGKILL) is dropped at once; restarted, it rejoins in sync.
+    let degraded = lose_follower(&mut group, &load, "dies", |g| g.coordinators[1].kill()).await;
     rejoin(&mut group, 1, 0).await;
     let rejoined = Instant::now();
     let committed_since = load.wait_commit(0, rejoined, &group).await;
@@ -550,7 +605,10 @@ async fn loss_of_a_follower_keeps_the_leader_going() {
     load.wait_commit(1, first, &group).await;
     let (orders, heard) = load.finish().await;
     let down = unavailability(&heard, 0, 1, fault);
-    println!("after rejoin, sigkill: unavailability_ms={}", down.as_millis());
+    println!(
+        "after rejoin, sigkill: unavailability_ms={}",
+        down.as_millis()
+    );
     print_timeline(&heard, fault);
     audit_after_failover(&group, 1, &config, &orders, &heard, &[]).await;
     assert!(down < UNAVAILABILITY_MAX, "unavailable for {down:?}");

@@ -219,7 +219,12 @@ impl LocalGroup {
 
         let participant_flags: Vec<String> = participants
             .iter()
-            .flat_map(|(name, node)| ["--participant".to_string(), format!("{name}={}", node.url())])
+            .flat_map(|(name, node)| {
+                [
+                    "--participant".to_string(),
+                    format!("{name}={}", node.url()),
+                ]
+            })
             .collect();
         let etcd_list = etcd.client_urls().join(",");
         let mut group = LocalGroup {
@@ -279,7 +284,9 @@ impl LocalGroup {
 
     /// Coordinator `i`.
     pub fn coordinator(&mut self, i: usize) -> Result<&mut Node> {
-        self.coordinators.get_mut(i).ok_or(GroupError::NoSuchNode(i))
+        self.coordinators
+            .get_mut(i)
+            .ok_or(GroupError::NoSuchNode(i))
     }
 
     /// An HTTP client that sends the group's operator token (none with auth off).
