@@ -12,14 +12,13 @@
 //! Needs etcd (`apt-get install etcd-server`, or `TWOPC_ETCD`); run with
 //! `cargo test --test ha_failover -- --nocapture --test-threads 1`.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster::checkout::{CheckoutConfig, Order};
 use cluster::group::{GroupSpec, GroupView, LocalGroup, node_name, tail};
-use cluster::oracle::{ClientOutcome, audit, read_totals};
+use cluster::oracle::{ClientOutcome, Totals, audit};
 use protocol::{ErrorBody, ErrorCode, Outcome, TransactionResponse, TransactionStatus};
 
 /// The lease TTL of the groups that are not about the default (keeps the file's run short).
@@ -49,6 +48,7 @@ struct Heard {
 
 /// Concurrent clients submitting checkout orders to the group until stopped.
 struct Load {
+    started: Instant,
     stop: Arc<AtomicBool>,
     heard: Arc<Mutex<Vec<Heard>>>,
     workers: tokio::task::JoinSet<Vec<(Order, ClientOutcome)>>,
@@ -88,6 +88,7 @@ impl Load {
             });
         }
         Load {
+            started: Instant::now(),
             stop,
             heard,
             workers,
@@ -107,31 +108,31 @@ impl Load {
             .collect()
     }
 
-    /// Waits until `node` has answered a commit after `after`; returns when it was heard.
-    async fn wait_commit(&self, node: usize, after: Instant, group: &LocalGroup) -> Instant {
+    /// Waits until `node` has answered `count` commits after `after`; returns when the last
+    /// of them was heard.
+    async fn wait_commits(
+        &self,
+        node: usize,
+        after: Instant,
+        count: usize,
+        group: &LocalGroup,
+    ) -> Instant {
         let deadline = Instant::now() + WAIT;
         loop {
-            if let Some(at) = self.commits_by(node).into_iter().find(|at| *at > after) {
-                return at;
+            let mut since: Vec<_> = self
+                .commits_by(node)
+                .into_iter()
+                .filter(|at| *at > after)
+                .collect();
+            since.sort();
+            if let Some(at) = since.get(count - 1) {
+                return *at;
             }
             assert!(
                 Instant::now() < deadline,
-                "{} committed nothing in {WAIT:?}; log tail:\n{}",
+                "{} answered {} of {count} commits in {WAIT:?}; log tail:\n{}",
                 node_name(node),
-                tail(&group.coordinators[node].log(), 40)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until `node` has answered `count` commits.
-    async fn wait_commits(&self, node: usize, count: usize, group: &LocalGroup) {
-        let deadline = Instant::now() + WAIT;
-        while self.commits_by(node).len() < count {
-            assert!(
-                Instant::now() < deadline,
-                "{} answered fewer than {count} commits in {WAIT:?}; log tail:\n{}",
-                node_name(node),
+                since.len(),
                 tail(&group.coordinators[node].log(), 40)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -239,15 +240,6 @@ async fn start_group(dir: &std::path::Path, lease_ttl_ms: Option<u64>) -> LocalG
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn signal(group: &LocalGroup, node: usize, signal: &str) {
-    let pid = group.coordinators[node].pid().expect("the node runs");
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}: {status}");
-}
-
 /// The old leader's last 200 to the new leader's first commit after `fault`.
 fn unavailability(heard: &[Heard], old: usize, new: usize, fault: Instant) -> Duration {
     let last_old = heard
@@ -278,11 +270,11 @@ fn print_timeline(heard: &[Heard], fault: Instant) {
             _ => counts[2] += 1,
         }
     }
-    for ((slot, node), [c, a, other]) in slots {
+    for ((slot, node), [c, a, r]) in slots {
+        let node = node_name(node);
         println!(
-            "  +{:>5}ms {}: committed={c} aborted={a} refused={other}",
-            slot * 500,
-            node_name(node)
+            "  +{:>5}ms {node}: committed={c} aborted={a} refused={r}",
+            slot * 500
         );
     }
 }
@@ -371,7 +363,7 @@ async fn audit_after_failover(
         &client,
         &urls,
         config,
-        cluster::oracle::Totals::default(),
+        Totals::default(), // a fresh store: every test starts on its own seeds
         &audited,
         Duration::from_secs(20),
     )
@@ -399,15 +391,11 @@ async fn sigkill_of_the_leader_mid_load_loses_nothing() {
     // The default lease (3 s): this test measures the failover an operator gets.
     let mut group = start_group(dir.path(), None).await;
     let config = CheckoutConfig::default();
-    let before = read_totals(&group.http(), &group.checkout_urls(0).unwrap(), &config)
-        .await
-        .unwrap();
-    assert_eq!(before, Default::default(), "a fresh store");
     let old = group.view(0).await.expect("c0 answers");
     assert!(old.leading() && old.in_sync("c1"), "{old:?}");
 
     let load = Load::start(&group, &config, "kill");
-    load.wait_commits(0, 20, &group).await;
+    load.wait_commits(0, load.started, 20, &group).await;
     let fault = Instant::now();
     group.coordinators[0].kill();
 
@@ -418,9 +406,8 @@ async fn sigkill_of_the_leader_mid_load_loses_nothing() {
     println!("sigkill: leading_after_ms={}", fault.elapsed().as_millis());
     assert!(new.role.term > old.role.term, "{new:?} after {old:?}");
     assert!(new.epoch > old.epoch, "epochs rise: {new:?} after {old:?}");
-    load.wait_commit(1, fault, &group).await;
     // A real load through the new leader too, before the audit.
-    load.wait_commits(1, 20, &group).await;
+    load.wait_commits(1, fault, 20, &group).await;
     let (orders, heard) = load.finish().await;
     let down = unavailability(&heard, 0, 1, fault);
     println!("sigkill: unavailability_ms={}", down.as_millis());
@@ -438,21 +425,21 @@ async fn sigstop_of_the_leader_past_its_lease() {
     let config = CheckoutConfig::default();
     let old = group.view(0).await.expect("c0 answers");
     let load = Load::start(&group, &config, "stop");
-    load.wait_commits(0, 20, &group).await;
+    load.wait_commits(0, load.started, 20, &group).await;
 
     let fault = Instant::now();
-    signal(&group, 0, "STOP");
+    group.stop(0).unwrap();
     let new = group
         .wait_leading(1, WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     println!("sigstop: leading_after_ms={}", fault.elapsed().as_millis());
     assert!(new.role.term > old.role.term, "{new:?} after {old:?}");
-    let first_new = load.wait_commit(1, fault, &group).await;
+    let first_new = load.wait_commits(1, fault, 1, &group).await;
     // Paused for the lease TTL and 2 s more, whatever the failover took.
     let paused = Duration::from_millis(SHORT_TTL_MS) + Duration::from_secs(2);
     tokio::time::sleep(paused.saturating_sub(fault.elapsed())).await;
-    signal(&group, 0, "CONT");
+    group.cont(0).unwrap();
 
     // A probe asks the old leader for new transactions until it is gone: 503 or no answer.
     let probe_client = group.http();
@@ -506,7 +493,7 @@ async fn sigstop_of_the_leader_past_its_lease() {
         .collect();
     assert!(answered.is_empty(), "the old leader answered: {answered:?}");
 
-    load.wait_commit(1, exited, &group).await;
+    load.wait_commits(1, exited, 1, &group).await;
     let (orders, heard) = load.finish().await;
     let late: Vec<_> = heard
         .iter()
@@ -550,7 +537,7 @@ async fn lose_follower(
         degraded.followers.iter().all(|f| !f.in_sync),
         "{degraded:?}"
     );
-    load.wait_commit(0, Instant::now(), group).await;
+    load.wait_commits(0, Instant::now(), 1, group).await;
     // The longest gap between the leader's commits since the loss.
     let mut commits = load.commits_by(0);
     commits.sort();
@@ -575,24 +562,22 @@ async fn loss_of_a_follower_keeps_the_leader_going() {
     let mut group = start_group(dir.path(), Some(SHORT_TTL_MS)).await;
     let config = CheckoutConfig::default();
     let load = Load::start(&group, &config, "degrade");
-    load.wait_commits(0, 20, &group).await;
+    load.wait_commits(0, load.started, 20, &group).await;
 
     // A follower that hangs (SIGSTOP) holds commits up for the replica timeout, then is
     // dropped from the sync set; once it runs again it is attached afresh.
-    lose_follower(&mut group, &load, "hangs", |g| signal(g, 1, "STOP")).await;
-    signal(&group, 1, "CONT");
+    lose_follower(&mut group, &load, "hangs", |g| g.stop(1).unwrap()).await;
+    group.cont(1).unwrap();
     group
         .wait_in_sync(0, 1, WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    load.wait_commit(0, Instant::now(), &group).await;
+    load.wait_commits(0, Instant::now(), 1, &group).await;
 
     // A follower that dies (SIGKILL) is dropped at once; restarted, it rejoins in sync.
     let degraded = lose_follower(&mut group, &load, "dies", |g| g.coordinators[1].kill()).await;
     rejoin(&mut group, 1, 0).await;
-    let rejoined = Instant::now();
-    let committed_since = load.wait_commit(0, rejoined, &group).await;
-    load.wait_commit(0, committed_since, &group).await;
+    load.wait_commits(0, Instant::now(), 2, &group).await;
 
     let fault = Instant::now();
     group.coordinators[0].kill();
@@ -601,8 +586,7 @@ async fn loss_of_a_follower_keeps_the_leader_going() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(new.role.term > degraded.role.term, "{new:?}");
-    let first = load.wait_commit(1, fault, &group).await;
-    load.wait_commit(1, first, &group).await;
+    load.wait_commits(1, fault, 2, &group).await;
     let (orders, heard) = load.finish().await;
     let down = unavailability(&heard, 0, 1, fault);
     println!(

@@ -42,6 +42,12 @@ pub enum GroupError {
     NotReady(String),
     #[error("no coordinator {0} in this group")]
     NoSuchNode(usize),
+    #[error("cannot send SIG{signal} to {name}: {why}")]
+    Signal {
+        signal: &'static str,
+        name: String,
+        why: String,
+    },
 }
 
 type Result<T> = std::result::Result<T, GroupError>;
@@ -287,6 +293,37 @@ impl LocalGroup {
         self.coordinators
             .get_mut(i)
             .ok_or(GroupError::NoSuchNode(i))
+    }
+
+    /// SIGSTOP to coordinator `i`: it keeps its sockets and its etcd lease runs out, but it
+    /// answers nothing until [`Self::cont`] (a stalled leader, a hung follower).
+    pub fn stop(&self, i: usize) -> Result<()> {
+        self.signal(i, "STOP")
+    }
+
+    /// SIGCONT to coordinator `i`, after [`Self::stop`].
+    pub fn cont(&self, i: usize) -> Result<()> {
+        self.signal(i, "CONT")
+    }
+
+    fn signal(&self, i: usize, signal: &'static str) -> Result<()> {
+        let node = self.coordinators.get(i).ok_or(GroupError::NoSuchNode(i))?;
+        let failed = |why: String| GroupError::Signal {
+            signal,
+            name: node_name(i),
+            why,
+        };
+        let pid = node
+            .pid()
+            .ok_or_else(|| failed("it is not running".to_string()))?;
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .map_err(|e| failed(format!("cannot run kill: {e}")))?;
+        if !status.success() {
+            return Err(failed(format!("kill exited with {status}")));
+        }
+        Ok(())
     }
 
     /// An HTTP client that sends the group's operator token (none with auth off).
