@@ -15,6 +15,7 @@ pub mod auth;
 pub mod checkout;
 pub mod cluster;
 pub mod etcd;
+pub mod group;
 pub mod node;
 pub mod oracle;
 pub mod pg_checkout;
