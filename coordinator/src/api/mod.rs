@@ -222,13 +222,23 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
     if let Err(refusal) = cross_site::check(&state, &request) {
         return refusal.into_response();
     }
-    if let Some(node) = &state.group
+    let leaders_only = state.group.is_some() && answers_only_when_leading(&request);
+    if leaders_only
+        && let Some(node) = &state.group
         && let Some((leader, why)) = node.refusal()
-        && answers_only_when_leading(&request)
     {
         return ApiError::not_leader(leader, &why).into_response();
     }
-    auth::check(&state, request, next).await
+    let response = auth::check(&state, request, next).await;
+    // Asked again as the answer leaves: a request taken in before a stall (a paused process)
+    // must not be answered after the lease may have lapsed.
+    if leaders_only
+        && let Some(node) = &state.group
+        && let Some((leader, why)) = node.refusal()
+    {
+        return ApiError::not_leader(leader, &why).into_response();
+    }
+    response
 }
 
 /// Every route but liveness, metrics and the group's own routes is the leader's to answer.
