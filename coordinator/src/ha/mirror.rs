@@ -388,6 +388,13 @@ impl Inner {
     /// Detaches the followers that failed; those counted in sync are first taken out of the
     /// sync set in etcd. Err: one could not be, so the sync point must not be acknowledged.
     async fn settle_failures(&self, failed: Vec<(String, u64, String)>) -> Result<(), String> {
+        if failed.is_empty() {
+            return Ok(());
+        }
+        // Taken before the table is looked at: a follower another settle (the archiver's, or
+        // an earlier sync point's) already detached may still be on its way out of the sync
+        // set in etcd; waiting for its lock means that removal is done before this ack.
+        let _sync = self.sync_lock.lock().await;
         let mut must_drop = Vec::new();
         for (node, generation, why) in failed {
             let removed = {
@@ -404,10 +411,6 @@ impl Inner {
                 must_drop.push(node);
             }
         }
-        if must_drop.is_empty() {
-            return Ok(());
-        }
-        let _sync = self.sync_lock.lock().await;
         for node in must_drop {
             let sync = self
                 .group
