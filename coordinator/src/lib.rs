@@ -37,6 +37,7 @@ pub mod cli;
 pub mod config;
 pub mod digest;
 pub mod engine;
+pub mod ha;
 pub mod http_client;
 pub mod leases;
 pub mod metrics;
