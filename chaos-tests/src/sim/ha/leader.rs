@@ -3,8 +3,10 @@
 //! sync set), the time-out that removes silent sync members by a CAS guarded by the leader
 //! key (`after_sync`), or poisons and exits when it fails, the add of a caught-up follower
 //! (marked in sync locally before its CAS), the acknowledgement of records (participants hear
-//! them) and the client answers, each behind `lease_holds`, and the lease watchdog.
+//! them) and the client answers, behind `lease_holds`.
 //!
+//! There is no lease watchdog: a leader leads until etcd says its lease is gone, an etcd
+//! call times out, or a CAS fails. Safety must not rest on timing; only client answers do.
 //! It never acknowledges a record that some member of the sync set has not confirmed, unless
 //! a guarded removal took that member out first (the test-only `HaBroken` switches aside).
 
@@ -15,9 +17,7 @@ use coordinator::ha::rules::{self, AfterSync, GroupState};
 use super::etcd::{Cmp, Entry, Key, Op, Put, Value};
 use super::net::Msg;
 use super::node::Purpose;
-use super::{
-    HaBroken, MARGIN_MS, Rec, SYNC_TIMEOUT_MS, WATCHDOG_MS, World, decisions, last_epoch, name,
-};
+use super::{HaBroken, MARGIN_MS, Rec, SYNC_TIMEOUT_MS, World, decisions, last_epoch, name};
 
 /// A follower's stream: its id (a base backup starts it) and what it confirmed.
 #[derive(Debug, Clone, Copy)]
@@ -52,12 +52,10 @@ pub struct Lead {
     pub established: bool,
     /// Attempts clients wait on.
     pub waiting: Vec<u64>,
-    pub next_watchdog: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Task {
-    Watchdog,
     Timeout,
     Sync,
     Add,
@@ -74,8 +72,8 @@ impl World {
         } else {
             rules::epoch_for_term(next_after_log, term)
         };
+        // The copy stays attached to its old stream: only the freeze keeps it still.
         node.unsynced.push(Rec::Epoch(epoch));
-        node.upstream = None;
         node.lead = Some(Lead {
             term,
             epoch,
@@ -88,7 +86,6 @@ impl World {
             acked: 0,
             established: false,
             waiting: Vec::new(),
-            next_watchdog: self.now + WATCHDOG_MS,
         });
         self.stats.terms += 1;
         self.note(|| format!("n{i} leads term {term} at epoch {epoch}"));
@@ -101,14 +98,13 @@ impl World {
 
     /// The leader's tasks, in a drawn order (a woken process runs whichever comes first).
     pub(super) fn leader_tick(&mut self, i: usize) {
-        let mut tasks = [Task::Watchdog, Task::Timeout, Task::Sync, Task::Add];
+        let mut tasks = [Task::Timeout, Task::Sync, Task::Add];
         self.rng.shuffle(&mut tasks);
         for task in tasks {
             if self.nodes[i].lead.is_none() {
                 return;
             }
             match task {
-                Task::Watchdog => self.watchdog(i),
                 Task::Timeout => self.sync_timeout(i),
                 Task::Sync => {
                     if self.rng.u32(0..3) == 0 {
@@ -120,23 +116,10 @@ impl World {
         }
     }
 
-    fn watchdog(&mut self, i: usize) {
-        let Some(lead) = &mut self.nodes[i].lead else {
-            return;
-        };
-        if self.now < lead.next_watchdog {
-            return;
-        }
-        lead.next_watchdog = self.now + WATCHDOG_MS;
-        if self.broken != HaBroken::NoLeaseCheck && !self.lease_holds(i) {
-            self.exit(i, "its lease may have lapsed");
-        }
-    }
-
     pub(super) fn on_decide(&mut self, i: usize, attempt: u64) {
-        if self.nodes[i].lead.is_none()
-            || (self.broken != HaBroken::NoLeaseCheck && !self.lease_holds(i))
-        {
+        // A leader takes decisions whatever its lease (the sync set makes them safe); only
+        // the answer waits for `lease_holds`.
+        if self.nodes[i].lead.is_none() {
             return;
         }
         let found = self.nodes[i]
@@ -521,7 +504,7 @@ impl World {
         self.note(|| format!("n{i} established epoch {epoch} (term {term})"));
     }
 
-    /// A client hears the outcome: only while the lease surely holds (the watchdog aside).
+    /// A client hears the outcome: only while the lease surely holds.
     fn answer(&mut self, i: usize, attempt: u64, commit: bool) {
         if self.broken != HaBroken::NoLeaseCheck && !self.lease_holds(i) {
             return;

@@ -1,7 +1,7 @@
 //! The modelled network: messages between the nodes, etcd and the clients, on FIFO links (a
 //! TCP or gRPC connection keeps order), each with a drawn delay (sometimes a long spike),
 //! sometimes lost, never delivered across a partition (checked when sent and when due), and
-//! slower from a node that lags. It draws only from the generator it is handed.
+//! slower from a node that lags. Keep-alives have their own lane, which sometimes stalls. It draws only from the generator it is handed.
 
 use std::collections::BTreeMap;
 
@@ -62,6 +62,22 @@ pub enum Msg {
 }
 
 impl Msg {
+    /// Keep-alives travel on their own stream (etcd's lease stream), ordered apart from the
+    /// key-value calls, and stall on their own.
+    fn lane(&self) -> u8 {
+        match self {
+            Msg::ToEtcd {
+                op: Op::KeepAlive { .. },
+                ..
+            }
+            | Msg::FromEtcd {
+                reply: Reply::KeptAlive { .. },
+                ..
+            } => 1,
+            _ => 0,
+        }
+    }
+
     pub fn ends(&self) -> (End, End) {
         match self {
             Msg::ToEtcd { from, .. } => (End::Node(*from), End::Etcd),
@@ -87,8 +103,8 @@ impl Msg {
 pub struct Net {
     queue: Vec<(u64, u64, Msg)>,
     seq: u64,
-    /// The last delivery time scheduled per link (FIFO).
-    last: BTreeMap<(End, End), u64>,
+    /// The last delivery time scheduled per link and lane (FIFO).
+    last: BTreeMap<(End, End, u8), u64>,
     /// Partitioned pairs (smaller end first) and when they heal.
     cut: BTreeMap<(End, End), u64>,
     /// Per node, until when its outgoing messages are slow.
@@ -128,7 +144,11 @@ impl Net {
         if self.is_cut(from, to, now) || (faults && rng.u32(0..100) < 2) {
             return;
         }
-        let mut delay = if faults && rng.u32(0..100) < 4 {
+        let lane = msg.lane();
+        let mut delay = if faults && lane == 1 && rng.u32(0..100) < 3 {
+            // A stalled lease stream: etcd may expire a lease whose holder is fine.
+            rng.u64(100..300)
+        } else if faults && rng.u32(0..100) < 4 {
             rng.u64(30..200)
         } else {
             rng.u64(1..8)
@@ -138,14 +158,9 @@ impl Net {
         {
             delay += rng.u64(20..120);
         }
-        let link = self.last.entry((from, to)).or_insert(0);
+        let link = self.last.entry((from, to, lane)).or_insert(0);
         let at = (now + delay).max(*link);
         *link = at;
-        self.push(at, msg);
-    }
-
-    /// Puts a message back for later (a paused receiver), keeping its place in line.
-    pub fn push(&mut self, at: u64, msg: Msg) {
         self.seq += 1;
         self.queue.push((at, self.seq, msg));
     }

@@ -58,6 +58,8 @@ pub struct Node {
     pub upstream: Option<(usize, u64)>,
     pub lead: Option<Lead>,
     pub next_watch: u64,
+    /// Messages that arrived while the process was stopped (SIGSTOP), read when it wakes.
+    pub held: Vec<Msg>,
 }
 
 impl Node {
@@ -81,6 +83,7 @@ impl Node {
             upstream: None,
             lead: None,
             next_watch: first_watch,
+            held: Vec::new(),
         }
     }
 
@@ -182,8 +185,7 @@ impl World {
 
     fn verdict(&mut self, i: usize, from: usize, epoch: u64) -> bool {
         let node = &self.nodes[i];
-        let frozen = node.frozen && self.broken != HaBroken::NoFreeze;
-        match rules::replica_verdict(node.highest_seen, frozen, epoch) {
+        match rules::replica_verdict(node.highest_seen, node.frozen, epoch) {
             ReplicaVerdict::Accept => {
                 let node = &mut self.nodes[i];
                 node.highest_seen = node.highest_seen.max(epoch);
@@ -351,9 +353,10 @@ impl World {
         }
         let next = rules::next_term(&me, group);
         // Freeze first: from here on no replication moves this copy (`replica_verdict`).
-        self.nodes[i].frozen = true;
+        let frozen = self.broken != HaBroken::NoFreeze;
+        self.nodes[i].frozen = frozen;
         self.stats.campaigns += 1;
-        self.note(|| format!("n{i} campaigns for term {} (frozen)", next.term));
+        self.note(|| format!("n{i} campaigns for term {} (frozen: {frozen})", next.term));
         let claim = LeaderClaim {
             node: me,
             url: format!("http://n{i}"),
@@ -455,6 +458,7 @@ impl World {
         node.restart_at = restart_at;
         node.paused_until = 0;
         node.unsynced.clear();
+        node.held.clear();
         node.lead = None;
     }
 

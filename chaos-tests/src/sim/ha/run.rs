@@ -25,19 +25,14 @@ impl World {
                         continue;
                     }
                     if node.paused_until > self.now {
-                        let at = node.paused_until;
-                        self.net.push(at, msg);
+                        // The stopped process's socket buffers: read when it wakes, lost if
+                        // it is killed first.
+                        self.nodes[to].held.push(msg);
                         continue;
                     }
+                    self.take_held(to)?;
                 }
-                if self.trace.is_some() {
-                    let what = describe(&msg);
-                    if let Some(what) = what {
-                        self.note(|| what);
-                    }
-                }
-                self.deliver(msg);
-                self.checked()?;
+                self.take(msg)?;
             }
             if self.now < RUN_MS {
                 self.faults();
@@ -49,12 +44,37 @@ impl World {
             }
             for i in 0..self.nodes.len() {
                 if self.nodes[i].runs(self.now) {
-                    self.node_tick(i);
+                    self.take_held(i)?;
+                    if self.nodes[i].runs(self.now) {
+                        self.node_tick(i);
+                    }
                 }
             }
             self.checked()?;
         }
         Ok(self.stats)
+    }
+
+    /// One message arrives, then the checks.
+    fn take(&mut self, msg: Msg) -> Result<(), HaFailure> {
+        if self.trace.is_some()
+            && let Some(what) = describe(&msg)
+        {
+            self.note(|| what);
+        }
+        self.deliver(msg);
+        self.checked()
+    }
+
+    /// A woken process reads what arrived while it was stopped, in order.
+    fn take_held(&mut self, i: usize) -> Result<(), HaFailure> {
+        for msg in std::mem::take(&mut self.nodes[i].held) {
+            if !self.nodes[i].runs(self.now) {
+                break; // it exited on one of them: the rest died with it
+            }
+            self.take(msg)?;
+        }
+        Ok(())
     }
 
     /// The checks, unless nothing they read changed since the last time.
