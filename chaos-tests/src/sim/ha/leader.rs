@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use coordinator::ha::rules::{self, AfterSync, GroupState};
 
-use super::etcd::{Cmp, Entry, Key, Op, Put, Value};
+use super::etcd::{Cmp, Entry, Key, LeaseId, Op, Put, Value};
 use super::net::Msg;
 use super::node::Purpose;
 use super::{HaBroken, MARGIN_MS, Rec, SYNC_TIMEOUT_MS, World, decisions, last_epoch, name};
@@ -38,8 +38,10 @@ pub struct SyncPoint {
 pub struct Lead {
     pub term: u64,
     pub epoch: u64,
-    /// The create revision of the leader key this term created (the removal's guard).
+    /// The create revision of the leader key this term created (the removal's guard), and
+    /// the lease that key is held by.
     pub key_rev: u64,
+    pub lease: LeaseId,
     /// The state's mod revision as this leader last wrote it.
     pub state_rev: u64,
     /// The sync set as in etcd, and the followers marked in sync before their add CAS.
@@ -63,7 +65,7 @@ enum Task {
 
 impl World {
     /// The campaign won: the epoch record goes first, the sync set starts empty.
-    pub(super) fn start_term(&mut self, i: usize, term: u64, revision: u64) {
+    pub(super) fn start_term(&mut self, i: usize, term: u64, revision: u64, lease: LeaseId) {
         self.changes += 1;
         let node = &mut self.nodes[i];
         let next_after_log = last_epoch(node.log()) + 1;
@@ -78,6 +80,7 @@ impl World {
             term,
             epoch,
             key_rev: revision,
+            lease,
             state_rev: revision,
             sync: BTreeSet::new(),
             marked: BTreeSet::new(),
@@ -93,7 +96,10 @@ impl World {
 
     fn lease_holds(&self, i: usize) -> bool {
         let node = &self.nodes[i];
-        node.lease.is_some() && rules::lease_holds(self.now, node.last_ka_sent, node.ttl, MARGIN_MS)
+        node.lead
+            .as_ref()
+            .is_some_and(|l| node.lease == Some(l.lease))
+            && rules::lease_holds(self.now, node.last_ka_sent, node.ttl, MARGIN_MS)
     }
 
     /// The leader's tasks, in a drawn order (a woken process runs whichever comes first).

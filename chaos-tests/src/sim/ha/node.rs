@@ -20,8 +20,8 @@ use super::{
 #[derive(Debug, Clone)]
 pub enum Purpose {
     Watch,
-    /// The campaign txn, and the state it would write.
-    Campaign(GroupState),
+    /// The campaign txn, the state it would write, and the lease its key would hold.
+    Campaign(GroupState, LeaseId),
     /// The read before a removal, then the removal txn, of these sync members.
     RemoveRead(BTreeSet<usize>),
     Remove(BTreeSet<usize>),
@@ -293,7 +293,9 @@ impl World {
                 if alive {
                     let node = &mut self.nodes[i];
                     node.last_ka_sent = node.last_ka_sent.max(sent_at);
-                } else if self.nodes[i].lead.is_some() {
+                } else if self.nodes[i].lead.is_some() || self.campaigning(i) {
+                    // The leader key (or the one a campaign in flight may create) went with
+                    // it; a leader never takes a new lease for an old key.
                     self.exit(i, "etcd says its lease is gone");
                 } else {
                     self.nodes[i].lease = None;
@@ -314,7 +316,9 @@ impl World {
                     return;
                 };
                 match wait.purpose {
-                    Purpose::Campaign(next) => self.on_campaign(i, ok, revision, next),
+                    Purpose::Campaign(next, lease) => {
+                        self.on_campaign(i, ok, revision, next, lease)
+                    }
                     Purpose::Remove(missing) => self.on_removed(i, ok, revision, missing),
                     Purpose::Add(member) => self.on_added(i, ok, revision, member),
                     _ => {}
@@ -380,16 +384,27 @@ impl World {
                 },
             ],
         };
-        self.call(i, op, Purpose::Campaign(next));
+        self.call(i, op, Purpose::Campaign(next, lease));
     }
 
-    fn on_campaign(&mut self, i: usize, ok: bool, revision: u64, next: GroupState) {
+    fn campaigning(&self, i: usize) -> bool {
+        self.nodes[i]
+            .wait
+            .as_ref()
+            .is_some_and(|w| matches!(w.purpose, Purpose::Campaign(..)))
+    }
+
+    fn on_campaign(&mut self, i: usize, ok: bool, revision: u64, next: GroupState, lease: LeaseId) {
+        if ok && self.nodes[i].lease != Some(lease) {
+            self.exit(i, "won with a lease it no longer holds");
+            return;
+        }
         if !ok {
             self.nodes[i].frozen = false;
             self.note(|| format!("n{i} lost the campaign for term {}", next.term));
             return;
         }
-        self.start_term(i, next.term, revision);
+        self.start_term(i, next.term, revision, lease);
     }
 
     /// A follower's (or a leader's) tick: keep-alives, the grant, etcd time-outs, the watch.
