@@ -11,15 +11,19 @@
 //!   a lease go with it), range reads and transactions with compares on create and mod
 //!   revisions: exactly the operations the coordinator uses (`leader` and `state` keys).
 //! - the network (`net`): FIFO links between nodes, etcd and the clients, with delays, delay
-//!   spikes, losses, partitions of any pair (node–node, node–etcd) and lagging nodes.
+//!   spikes, losses, partitions of any pair (node–node, node–etcd) and lagging nodes; the
+//!   keep-alives ride their own lane, which can stall long enough for etcd to expire the
+//!   lease of a leader that is otherwise fine (the case the removal guard is for).
 //! - each node (`node`, `leader`): a log of `Rec`s split into durable and unsynced parts
 //!   (SIGKILL drops the unsynced part), an etcd lease kept alive, follower streams (a base
 //!   backup, then shipped records written at their offset, fsynced before the confirmation),
 //!   the watch-and-campaign loop (freeze, then a create-if-absent txn), the leader's sync
 //!   points (fsync, ship, wait for the sync set, time out, remove by a guarded CAS or poison
 //!   and exit), adding a caught-up follower (marked in sync locally before the add CAS), and
-//!   SIGSTOP pauses past the lease after which the node carries on with what is queued (its
-//!   tasks run in random order). A leader has no lease watchdog: it leads until etcd says
+//!   SIGSTOP pauses past the lease after which the node reads what its socket buffers hold
+//!   and carries on (its tasks run in random order; a SIGKILL while stopped loses the
+//!   buffers). A leader is tied to the lease its key was created with: if that lease goes
+//!   while the campaign's reply is in flight, it exits. A leader has no lease watchdog: it leads until etcd says
 //!   its lease is gone, an etcd call times out or a CAS fails, so safety rests on the sync
 //!   set, the guard and the freeze, never on timing (only client answers do).
 //! - clients ask a random node to decide attempt N; the leader answers from its log or picks
@@ -37,8 +41,11 @@
 //! data (it is the linearizable oracle); liveness (only safety is checked, and the stats show
 //! that the runs make progress).
 //!
-//! **Invariants** (`oracle`), after every delivered message and every tick: (1) no log holds
-//! two decisions for one attempt, and the durable logs of the nodes that may take over agree;
+//! **Invariants** (`oracle`), after every delivered message and every tick that changed a
+//! log, a role, an acknowledgement or etcd's revision (the others are skipped): (1) no log holds
+//! two decisions for one attempt, and the durable logs of the nodes that may take over agree
+//! (a deposed node may hold an unacknowledged decision the next leader took the other way:
+//! that is allowed, which is why (1) looks only at the nodes `may_campaign` names);
 //! (2) every acknowledged decision has one value, and the current term's leader holds them
 //! all; (3) every node that may take over holds every acknowledged decision durably (so no
 //! single failure loses one); (4) established epochs strictly rise and never repeat; (5) a
