@@ -43,6 +43,7 @@ mod disk;
 pub mod fencing;
 pub mod fencing_adversary;
 mod forger;
+pub mod ha;
 mod invariants;
 mod io;
 mod net;
