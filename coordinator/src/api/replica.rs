@@ -21,6 +21,8 @@ pub const REPLICA_BODY_MAX: usize = 1 << 30;
 #[derive(Debug, serde::Deserialize)]
 pub struct ReplicaQuery {
     term: u64,
+    /// With a base backup: whose log it is.
+    coordinator_id: Option<String>,
     #[serde(default)]
     reset: bool,
     now_ms: Option<u64>,
@@ -61,7 +63,11 @@ pub async fn backup(
     Query(query): Query<ReplicaQuery>,
     body: Bytes,
 ) -> Result<Json<CopyStatus>, ApiError> {
-    on_copy(&state, move |node| node.host().install(query.term, &body)).await
+    on_copy(&state, move |node| {
+        node.host()
+            .install(query.term, query.coordinator_id.as_deref(), &body)
+    })
+    .await
 }
 
 /// `POST /v1/replica/ops?term=N`: one sync point's file operations.

@@ -87,6 +87,9 @@ struct Inner {
     /// index backup and the batches after it neither overlap nor leave a gap.
     archive_gate: tokio::sync::Mutex<()>,
     storage: OnceLock<Arc<MirroredStorage>>,
+    /// Whose log this is (sent with every base backup: a follower holding another
+    /// coordinator's log refuses it rather than lose that history).
+    coordinator_id: OnceLock<String>,
     outcomes: OnceLock<(Arc<OutcomeStore>, u64)>,
     stats: MirrorStats,
 }
@@ -125,6 +128,7 @@ impl GroupMirror {
                 sync_lock: tokio::sync::Mutex::new(()),
                 archive_gate: tokio::sync::Mutex::new(()),
                 storage: OnceLock::new(),
+                coordinator_id: OnceLock::new(),
                 outcomes: OnceLock::new(),
                 stats: MirrorStats::default(),
             }),
@@ -134,6 +138,11 @@ impl GroupMirror {
     /// The storage the leader's log runs on (made with this mirror).
     pub fn set_storage(&self, storage: Arc<MirroredStorage>) {
         let _ = self.inner.storage.set(storage);
+    }
+
+    /// Whose log this is, once recovery read it.
+    pub fn set_coordinator_id(&self, id: &str) {
+        let _ = self.inner.coordinator_id.set(id.to_string());
     }
 
     /// The outcome index, once recovery opened it, with the retention window.
@@ -280,7 +289,10 @@ impl GroupMirror {
             .await
             .map_err(|e| fail(e.to_string()))?
             .map_err(|e| fail(format!("base backup: {e}")))?;
-        let path = format!("{}?term={}", routes::BACKUP, inner.term);
+        let mut path = format!("{}?term={}", routes::BACKUP, inner.term);
+        if let Some(id) = inner.coordinator_id.get() {
+            path.push_str(&format!("&coordinator_id={id}"));
+        }
         let body = Bytes::from(backup.encode());
         flatten(Ok(post(
             Arc::clone(endpoint),

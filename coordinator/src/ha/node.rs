@@ -71,7 +71,7 @@ impl GroupNode {
         let group = EtcdGroup::new(etcd, &settings.prefix);
         let host = ReplicaHost::open(data_dir, index_max_bytes, retention_ms).map_err(|e| {
             GroupError::Undecodable {
-                what: "outcome index copy",
+                what: "this node's copy",
                 detail: e.to_string(),
             }
         })?;

@@ -255,6 +255,7 @@ pub async fn recover_with(
     });
     if let Some(mirror) = &core.group {
         mirror.set_outcomes(Arc::clone(&core.outcomes), config.retention_ms);
+        mirror.set_coordinator_id(core.identity.coordinator_id.as_str());
     }
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.
