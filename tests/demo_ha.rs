@@ -31,8 +31,9 @@ fn demo_ha_fails_over_to_the_follower_and_audits_clean() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "demo --ha failed ({:?}):\n{stdout}\n{stderr}",
-        output.status
+        "demo --ha failed ({:?}):\n{stdout}\n{stderr}\n{}",
+        output.status,
+        coordinator_logs(&dir.path().join("ha").join("logs"))
     );
     for expected in [
         "node-a leads at",
@@ -76,4 +77,20 @@ fn demo_ha_without_etcd_names_the_package_and_exits_1() {
     assert!(stderr.contains("etcd-server"), "{stderr}");
     // Nothing was started: the group's directory was never made.
     assert!(!dir.path().join("ha").exists());
+}
+
+/// The end of every coordinator's log, for a failure message (the directory goes with the test).
+fn coordinator_logs(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("coordinator") {
+            continue;
+        }
+        let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        text.push_str(&format!("--- {name} (last 40 lines)\n{tail}\n"));
+    }
+    text
 }
