@@ -207,3 +207,46 @@ fn bench_sagas_measures_sagas_against_plain_calls_that_succeed() {
         assert!((ratio - sagas / plain).abs() < 0.05, "{row:?}");
     }
 }
+
+/// `--ha` at a tiny scale: both setups measured at each concurrency, each with transactions
+/// committed, and the group's rows measured with its follower in the sync set. Needs etcd
+/// (fails, never skips, without it: CI installs etcd-server).
+#[test]
+fn bench_ha_measures_the_group_against_a_single_coordinator() {
+    let output = twopc()
+        .args(["bench", "--ha", "--concurrency", "1,4", "--seconds", "0.3"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bench --ha failed:\n{stdout}\n{stderr}"
+    );
+    for concurrency in ["1", "4"] {
+        for setup in ["single", "group"] {
+            let row: Vec<&str> = stdout
+                .lines()
+                .map(|line| line.split_whitespace().collect::<Vec<_>>())
+                .find(|cols| cols.first() == Some(&setup) && cols.get(1) == Some(&concurrency))
+                .unwrap_or_else(|| panic!("no {setup} row at c{concurrency} in:\n{stdout}"));
+            let per_s: f64 = row[2].parse().unwrap_or_else(|e| panic!("{row:?}: {e}"));
+            assert!(
+                per_s > 0.0,
+                "{setup} at c{concurrency} committed nothing:\n{stdout}"
+            );
+            // The follower (the second node started) stayed in the leader's sync set.
+            assert_eq!(
+                row.last() == Some(&"node-b"),
+                setup == "group",
+                "{setup} at c{concurrency}:\n{stdout}"
+            );
+        }
+    }
+    assert!(
+        stdout.contains("goal: group tx/s at c64: not measured"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("goal: group p50 at c1 within"), "{stdout}");
+}

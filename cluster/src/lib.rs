@@ -1,7 +1,7 @@
 //! Local twopc clusters of real processes: start a coordinator and its participants (or a
 //! throwaway PostgreSQL server) on loopback ports, with a fresh token set for them; drive the
 //! checkout workloads (2PC, saga, PostgreSQL payments) against them; audit the invariants
-//! afterwards; and start local etcd servers for the coordinator group (`etcd`). `twopc demo`,
+//! afterwards; and start local etcd servers and coordinator groups on them (`etcd`, `ha_cluster`). `twopc demo`,
 //! `twopc bench` and `twopc audit` run on it, and so do the tests.
 //!
 //! It starts real processes for the product's demo and bench and for tests, and talks to them
@@ -16,6 +16,7 @@ pub mod checkout;
 pub mod cluster;
 pub mod etcd;
 pub mod group;
+pub mod ha_cluster;
 pub mod node;
 pub mod oracle;
 pub mod pg_checkout;

@@ -3,11 +3,13 @@
 //! interleaved cell by cell so drift hits all of them: the very same cluster with durability
 //! off (the baseline), and the same HTTP exchanges through processes that do nothing else (the
 //! floor, see `floor`). Each cell also records the disk's raw fsync latency (`disk`).
-//! `--leases` measures lease grants and fenced writes instead (see `leases`).
+//! `--leases` measures lease grants and fenced writes instead (see `leases`); `--ha` a
+//! coordinator group against a single coordinator (see `ha`).
 
 mod cpu;
 mod disk;
 pub mod floor;
+mod ha;
 mod leases;
 mod load;
 mod postgres;
@@ -79,6 +81,11 @@ pub struct Args {
     /// sent as plain HTTP calls to the participants (no coordinator log), in the same run.
     #[arg(long)]
     pub sagas: bool,
+    /// Measure a coordinator group (a local etcd, a leader and one synchronous follower, 2
+    /// participants) against a single coordinator in the same run, at c1 and c64 unless
+    /// --concurrency is given; reads --seconds and --json only. Needs etcd (docs/ha.md).
+    #[arg(long, conflicts_with_all = ["target_coordinator", "leases", "sagas", "hot_key"])]
+    pub ha: bool,
     #[command(flatten)]
     pub client: crate::client::ClientArgs,
 }
@@ -223,6 +230,14 @@ async fn fsyncs(client: &reqwest::Client, target: &Target) -> Option<f64> {
 async fn run(args: Args) -> Result<()> {
     if args.sagas {
         return sagas::run(&args.concurrency, args.seconds).await;
+    }
+    if args.ha {
+        let concurrency = if args.concurrency == [1, 16, 64, 256] {
+            vec![1, 64]
+        } else {
+            args.concurrency.clone()
+        };
+        return ha::run(&concurrency, args.seconds, args.json).await;
     }
     if args.leases {
         return leases::run(

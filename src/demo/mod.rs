@@ -2,9 +2,12 @@
 //! processes), a live checkout workload, a SIGKILL of the coordinator part way through, and an
 //! audit of every invariant at the end. Exits 0 only if every invariant holds. With
 //! `--fencing` it plays the lease story instead (see `fencing`); `--backend postgres`
-//! (postgres.rs) runs the checkout with `payments` in a PostgreSQL database.
+//! (postgres.rs) runs the checkout with `payments` in a PostgreSQL database; `--ha` (ha.rs)
+//! runs it on a coordinator group and kills the leader instead.
 
 mod fencing;
+mod ha;
+mod ha_load;
 mod postgres;
 mod reasons;
 mod report;
@@ -86,6 +89,15 @@ pub struct Args {
     /// or a throwaway cluster; docs/postgres.md).
     #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
     pub backend: String,
+    /// Instead of one coordinator: a coordinator group of two elected through a local etcd
+    /// (docs/ha.md). The leader is SIGKILLed a quarter of the way in, the follower takes
+    /// over, and the old leader comes back as a follower. Runs for --seconds (not --orders);
+    /// always on a fresh <data dir>/ha. Needs etcd (Debian: etcd-server).
+    #[arg(long, conflicts_with_all = ["fencing", "target_coordinator", "write_seeds", "record", "keep_running", "sagas"])]
+    pub ha: bool,
+    /// With --ha: how long the workload runs, in seconds [default: 24].
+    #[arg(long)]
+    pub seconds: Option<f64>,
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
@@ -106,10 +118,22 @@ pub fn main(args: Args) -> ExitCode {
 }
 
 async fn run(mut args: Args) -> Result<bool> {
+    // Checked here: clap's `requires` counts a flag's implicit `false` as given.
+    anyhow::ensure!(
+        args.ha || args.seconds.is_none(),
+        "--seconds goes with --ha (the other demos send --orders)"
+    );
     if args.fencing {
         return fencing::run(&args.data_dir, args.fresh).await;
     }
     let config = CheckoutConfig::default();
+    if args.ha {
+        anyhow::ensure!(
+            args.backend == "kv",
+            "--ha runs the checkout on the reference participants only (no --backend postgres)"
+        );
+        return ha::run(&args, &config).await;
+    }
     if args.backend == "postgres" {
         return postgres::run(&args, &config).await;
     }
@@ -273,6 +297,7 @@ impl Ran {
             elapsed: self.elapsed,
             concurrency: args.concurrency,
             crash: self.crash.clone(),
+            failover: None,
             resent: self.resent,
             locks: self.locks.clone(),
             audit,

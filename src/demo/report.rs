@@ -25,6 +25,25 @@ pub struct CrashNote {
     pub recovered: Option<u64>,
 }
 
+/// What happened around the leader's kill in a coordinator group (`--ha`).
+#[derive(Debug, Clone, Default)]
+pub struct FailoverNote {
+    pub killed: String,
+    pub killed_after_orders: u64,
+    /// The node that leads after the kill.
+    pub successor: String,
+    /// From the kill to the successor saying it leads.
+    pub elected: Duration,
+    /// From the kill to the first order committed through the successor.
+    pub unavailable: Duration,
+    /// Transactions the successor found unfinished in the replicated log.
+    pub recovered: Option<u64>,
+    /// From the old leader's restart to its being in the successor's sync set.
+    pub rejoined: Duration,
+    /// Orders committed through each node.
+    pub committed_by_node: Vec<(String, u64)>,
+}
+
 /// The participants' lock waits during the run (summed over all three).
 #[derive(Debug, Clone, Default)]
 pub struct LockStats {
@@ -40,6 +59,8 @@ pub struct Summary<'a> {
     pub elapsed: Duration,
     pub concurrency: usize,
     pub crash: Option<CrashNote>,
+    /// Set by `--ha`, instead of `crash`.
+    pub failover: Option<FailoverNote>,
     pub resent: u64,
     pub locks: Option<LockStats>,
     pub audit: &'a AuditReport,
@@ -91,8 +112,9 @@ impl Summary<'_> {
             "resent with the same id after no answer",
             self.resent.to_string(),
         );
-        match &self.crash {
-            Some(crash) => {
+        match (&self.crash, &self.failover) {
+            (_, Some(failover)) => failover.print(),
+            (Some(crash), None) => {
                 row(
                     "coordinator SIGKILLed after",
                     format!("{} orders", crash.killed_after_orders),
@@ -108,7 +130,7 @@ impl Summary<'_> {
                         .map_or("not reported".into(), |n| n.to_string()),
                 );
             }
-            None => row("coordinator crash", "none by the demo".into()),
+            (None, None) => row("coordinator crash", "none by the demo".into()),
         }
         row(
             "throughput",
@@ -146,6 +168,41 @@ impl Summary<'_> {
             self.audit.applied, self.audit.absent
         );
         print_checks(self.audit);
+    }
+}
+
+impl FailoverNote {
+    fn print(&self) {
+        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+        row(
+            "leader SIGKILLed",
+            format!("{} after {} orders", self.killed, self.killed_after_orders),
+        );
+        row(
+            "new leader (elected through etcd)",
+            format!("{} after {}", self.successor, ms(self.elected)),
+        );
+        row(
+            "unavailable (kill to first commit after)",
+            ms(self.unavailable),
+        );
+        row(
+            "transactions recovered by the new leader",
+            self.recovered
+                .map_or("not reported".into(), |n| n.to_string()),
+        );
+        row(
+            "old leader back as a follower, in sync",
+            format!("{} after {}", self.killed, ms(self.rejoined)),
+        );
+        row(
+            "orders committed through each node",
+            self.committed_by_node
+                .iter()
+                .map(|(node, n)| format!("{node} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
     }
 }
 
