@@ -44,7 +44,7 @@ const INDEX_PAGE: usize = 1_000;
 enum Stage {
     /// Attaching: sync points are queued until the base backup is in.
     Joining {
-        queue: Vec<Bytes>,
+        queue: Vec<OpBatch>,
     },
     Streaming,
 }
@@ -52,6 +52,10 @@ enum Stage {
 #[derive(Debug)]
 struct Follower {
     endpoint: Arc<Endpoint>,
+    /// Every file-operation message to this follower goes out under it, in order: the
+    /// catch-up of a join holds it from the moment the follower streams until the queued
+    /// sync points are in, so the sync points after them wait behind it.
+    send_lock: Arc<tokio::sync::Mutex<()>>,
     stage: Stage,
     /// Counted in the sync set (here first, then in etcd).
     in_sync: bool,
@@ -186,7 +190,7 @@ impl GroupMirror {
             routes::OUTCOMES,
             self.inner.term
         );
-        let sends = self.inner.streaming_sends(&path, Bytes::from(body));
+        let sends = self.inner.streaming_sends(&path, Bytes::from(body), None);
         let mut failed = Vec::new();
         for (node, generation, send) in sends {
             if let Err(why) = flatten(send.await) {
@@ -235,6 +239,7 @@ impl GroupMirror {
             member.node.clone(),
             Follower {
                 endpoint: Arc::clone(&endpoint),
+                send_lock: Arc::new(tokio::sync::Mutex::new(())),
                 stage: Stage::Joining { queue: Vec::new() },
                 in_sync: false,
                 generation,
@@ -331,32 +336,43 @@ impl GroupMirror {
                 }
             }
         }
-        loop {
-            let queued = {
-                let mut followers = inner.lock();
-                let Some(f) = followers
-                    .get_mut(node)
-                    .filter(|f| f.generation == generation)
-                else {
-                    return Err(fail("dropped while attaching".to_string()));
-                };
-                match &mut f.stage {
-                    Stage::Joining { queue } if queue.is_empty() => {
-                        f.stage = Stage::Streaming;
-                        return Ok(());
-                    }
-                    Stage::Joining { queue } => std::mem::take(queue),
-                    Stage::Streaming => return Ok(()),
-                }
+        // One switch, however busy the log: under the send lock, the follower streams from
+        // now on and the sync points queued meanwhile go first; every later one waits for the
+        // lock, so nothing overtakes them (a catch-up in rounds might never empty the queue
+        // under load).
+        let send_lock = inner
+            .lock()
+            .get(node)
+            .filter(|f| f.generation == generation)
+            .map(|f| Arc::clone(&f.send_lock))
+            .ok_or_else(|| fail("dropped while attaching".to_string()))?;
+        let _sending = send_lock.lock().await;
+        let queued = {
+            let mut followers = inner.lock();
+            let Some(f) = followers
+                .get_mut(node)
+                .filter(|f| f.generation == generation)
+            else {
+                return Err(fail("dropped while attaching".to_string()));
             };
-            for body in queued {
-                let path = format!("{}?term={}", routes::OPS, inner.term);
-                flatten(Ok(
-                    post(Arc::clone(endpoint), path, body, inner.timeout).await
-                ))
-                .map_err(fail)?;
+            match std::mem::replace(&mut f.stage, Stage::Streaming) {
+                Stage::Joining { queue } => queue,
+                Stage::Streaming => Vec::new(),
             }
+        };
+        for batch in merge_contiguous(queued) {
+            let path = format!("{}?term={}", routes::OPS, inner.term);
+            let body = Bytes::from(batch.encode());
+            flatten(Ok(post(
+                Arc::clone(endpoint),
+                path,
+                body,
+                inner.timeout * 10,
+            )
+            .await))
+            .map_err(fail)?;
         }
+        Ok(())
     }
 }
 
@@ -375,21 +391,26 @@ impl Inner {
         }
     }
 
-    /// Starts a POST to every streaming follower (queues the body for joining ones).
-    fn streaming_sends(&self, path: &str, body: Bytes) -> Vec<Sending> {
+    /// Starts a POST to every streaming follower, each under that follower's send lock;
+    /// `batch` (a sync point's operations) is queued for joining ones.
+    fn streaming_sends(&self, path: &str, body: Bytes, batch: Option<&OpBatch>) -> Vec<Sending> {
         let mut sends = Vec::new();
         let mut followers = self.lock();
         for (node, f) in followers.iter_mut() {
             match &mut f.stage {
-                Stage::Joining { queue } => queue.push(body.clone()),
+                Stage::Joining { queue } => {
+                    if let Some(batch) = batch {
+                        queue.push(batch.clone());
+                    }
+                }
                 Stage::Streaming => {
                     let endpoint = Arc::clone(&f.endpoint);
-                    let send = self.runtime.spawn(post(
-                        endpoint,
-                        path.to_string(),
-                        body.clone(),
-                        self.timeout,
-                    ));
+                    let send_lock = Arc::clone(&f.send_lock);
+                    let (path, body, timeout) = (path.to_string(), body.clone(), self.timeout);
+                    let send = self.runtime.spawn(async move {
+                        let _sending = send_lock.lock().await;
+                        post(endpoint, path, body, timeout).await
+                    });
                     sends.push((node.clone(), f.generation, send));
                 }
             }
@@ -441,7 +462,7 @@ impl Mirror for GroupMirror {
         let inner = Arc::clone(&self.inner);
         inner.stats.sync_points.fetch_add(1, Ordering::Relaxed);
         let path = format!("{}?term={}", routes::OPS, inner.term);
-        let sends = inner.streaming_sends(&path, Bytes::from(batch.encode()));
+        let sends = inner.streaming_sends(&path, Bytes::from(batch.encode()), Some(&batch));
         if sends.is_empty() {
             return Box::new(|| Ok(()));
         }
@@ -460,6 +481,66 @@ impl Mirror for GroupMirror {
                     .map_err(std::io::Error::other)
             })
         })
+    }
+}
+
+/// Consecutive sync points as one message per run of contiguous operation numbers (the
+/// follower applies a message with one fsync).
+fn merge_contiguous(batches: Vec<OpBatch>) -> Vec<OpBatch> {
+    // Well under the largest batch a follower decodes (wal's bound), whatever was queued.
+    const MERGED_BYTES_MAX: usize = 16 << 20;
+    let bytes = |batch: &OpBatch| -> usize {
+        batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                wal::FileOp::Append { bytes, .. } => bytes.len() + 64,
+                _ => 64,
+            })
+            .sum()
+    };
+    let mut merged: Vec<(OpBatch, usize)> = Vec::new();
+    for batch in batches {
+        let size = bytes(&batch);
+        match merged.last_mut() {
+            Some((last, last_size))
+                if last.first + last.ops.len() as u64 == batch.first
+                    && *last_size + size <= MERGED_BYTES_MAX =>
+            {
+                last.ops.extend(batch.ops);
+                *last_size += size;
+            }
+            _ => merged.push((batch, size)),
+        }
+    }
+    merged.into_iter().map(|(batch, _)| batch).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wal::FileOp;
+
+    fn batch(first: u64, n: usize, bytes: usize) -> OpBatch {
+        OpBatch {
+            first,
+            ops: (0..n)
+                .map(|_| FileOp::Append {
+                    name: "s".to_string(),
+                    bytes: vec![0; bytes],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn contiguous_sync_points_merge_and_a_gap_or_the_size_bound_splits_them() {
+        let merged = merge_contiguous(vec![batch(1, 2, 10), batch(3, 1, 10), batch(9, 1, 10)]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!((merged[0].first, merged[0].ops.len()), (1, 3));
+        assert_eq!((merged[1].first, merged[1].ops.len()), (9, 1));
+        let big = merge_contiguous(vec![batch(1, 1, 10 << 20), batch(2, 1, 10 << 20)]);
+        assert_eq!(big.len(), 2, "two 10 MiB sync points stay apart");
     }
 }
 
