@@ -516,6 +516,31 @@ fn merge_contiguous(batches: Vec<OpBatch>) -> Vec<OpBatch> {
     merged.into_iter().map(|(batch, _)| batch).collect()
 }
 
+fn flatten(joined: Result<Result<(), String>, tokio::task::JoinError>) -> Result<(), String> {
+    match joined {
+        Ok(result) => result,
+        Err(e) => Err(format!("the send task failed: {e}")),
+    }
+}
+
+/// One replication message; Ok only on 200.
+async fn post(
+    endpoint: Arc<Endpoint>,
+    path: String,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<(), String> {
+    match endpoint.post_bytes(&path, body, timeout).await {
+        Ok(answer) if answer.status == 200 => Ok(()),
+        Ok(answer) => Err(format!(
+            "HTTP {}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,30 +566,5 @@ mod tests {
         assert_eq!((merged[1].first, merged[1].ops.len()), (9, 1));
         let big = merge_contiguous(vec![batch(1, 1, 10 << 20), batch(2, 1, 10 << 20)]);
         assert_eq!(big.len(), 2, "two 10 MiB sync points stay apart");
-    }
-}
-
-fn flatten(joined: Result<Result<(), String>, tokio::task::JoinError>) -> Result<(), String> {
-    match joined {
-        Ok(result) => result,
-        Err(e) => Err(format!("the send task failed: {e}")),
-    }
-}
-
-/// One replication message; Ok only on 200.
-async fn post(
-    endpoint: Arc<Endpoint>,
-    path: String,
-    body: Bytes,
-    timeout: Duration,
-) -> Result<(), String> {
-    match endpoint.post_bytes(&path, body, timeout).await {
-        Ok(answer) if answer.status == 200 => Ok(()),
-        Ok(answer) => Err(format!(
-            "HTTP {}: {}",
-            answer.status,
-            String::from_utf8_lossy(&answer.body)
-        )),
-        Err(e) => Err(e.to_string()),
     }
 }
