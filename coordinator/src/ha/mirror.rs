@@ -299,14 +299,9 @@ impl GroupMirror {
             path.push_str(&format!("&coordinator_id={id}"));
         }
         let body = Bytes::from(backup.encode());
-        flatten(Ok(post(
-            Arc::clone(endpoint),
-            path,
-            body,
-            inner.timeout * 10,
-        )
-        .await))
-        .map_err(fail)?;
+        post(Arc::clone(endpoint), path, body, inner.timeout * 10)
+            .await
+            .map_err(fail)?;
         if let Some((outcomes, retention_ms)) = inner.outcomes.get() {
             let mut after = None;
             let mut first = true;
@@ -321,13 +316,13 @@ impl GroupMirror {
                     routes::OUTCOMES,
                     inner.term
                 );
-                flatten(Ok(post(
+                post(
                     Arc::clone(endpoint),
                     path,
                     Bytes::from(body),
                     inner.timeout * 10,
                 )
-                .await))
+                .await
                 .map_err(fail)?;
                 first = false;
                 match page.next {
@@ -363,14 +358,9 @@ impl GroupMirror {
         for batch in merge_contiguous(queued) {
             let path = format!("{}?term={}", routes::OPS, inner.term);
             let body = Bytes::from(batch.encode());
-            flatten(Ok(post(
-                Arc::clone(endpoint),
-                path,
-                body,
-                inner.timeout * 10,
-            )
-            .await))
-            .map_err(fail)?;
+            post(Arc::clone(endpoint), path, body, inner.timeout * 10)
+                .await
+                .map_err(fail)?;
         }
         Ok(())
     }
