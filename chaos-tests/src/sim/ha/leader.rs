@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use coordinator::ha::rules::{self, AfterSync, GroupState};
 
+use super::calls::Purpose;
 use super::etcd::{Cmp, Entry, Key, LeaseId, Op, Put, Value};
 use super::net::Msg;
-use super::node::Purpose;
 use super::{HaBroken, MARGIN_MS, Rec, SYNC_TIMEOUT_MS, World, decisions, last_epoch, name};
 
 /// A follower's stream: its id (a base backup starts it) and what it confirmed.

@@ -55,6 +55,7 @@
 //! generator: one seed replays one run. Test-only [`HaBroken`] switches break one rule each,
 //! to prove the invariants catch it.
 
+mod calls;
 mod etcd;
 mod leader;
 mod net;

@@ -5,35 +5,15 @@
 //! life: SIGKILL (the unsynced part is lost), exit (a poisoned or deposed leader), restart.
 //! The leader's own work is in `leader`; this file never acknowledges a record.
 
-use std::collections::BTreeSet;
-
 use coordinator::ha::rules::{self, GroupState, LeaderClaim, ReplicaVerdict};
 
+use super::calls::{Purpose, Wait};
 use super::etcd::{Cmp, Entry, Key, LeaseId, Op, Put, Reply, Value};
 use super::leader::Lead;
 use super::net::Msg;
 use super::{
     ETCD_TIMEOUT_MS, HaBroken, KEEPALIVE_MS, RUN_MS, Rec, TTL_MS, WATCH_MS, World, last_epoch, name,
 };
-
-/// What an outstanding etcd call (one at a time per node, besides keep-alives) is for.
-#[derive(Debug, Clone)]
-pub enum Purpose {
-    Watch,
-    /// The campaign txn, the state it would write, and the lease its key would hold.
-    Campaign(GroupState, LeaseId),
-    /// The read before a removal, then the removal txn, of these sync members.
-    RemoveRead(BTreeSet<usize>),
-    Remove(BTreeSet<usize>),
-    Add(usize),
-}
-
-#[derive(Debug, Clone)]
-pub struct Wait {
-    pub rid: u64,
-    pub deadline: u64,
-    pub purpose: Purpose,
-}
 
 #[derive(Debug)]
 pub struct Node {
