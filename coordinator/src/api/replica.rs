@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 
 use protocol::ErrorCode;
@@ -37,6 +38,21 @@ fn group(state: &AppState) -> Result<Arc<GroupNode>, ApiError> {
     })
 }
 
+/// The query, judged only once this node is known to be in a group (a coordinator that runs
+/// alone answers 404 whatever is asked), with our error body for a bad one.
+fn query_of(
+    state: &AppState,
+    query: Result<Query<ReplicaQuery>, QueryRejection>,
+) -> Result<ReplicaQuery, ApiError> {
+    group(state)?;
+    query.map(|Query(q)| q).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidQuery,
+            format!("the replication query (term, now_ms, reset, coordinator_id): {e}"),
+        )
+    })
+}
+
 fn refused(refusal: Refusal) -> ApiError {
     match refusal {
         Refusal::StaleTerm { .. } => ApiError::new(ErrorCode::StaleEpoch, refusal.to_string()),
@@ -60,9 +76,10 @@ async fn on_copy(
 /// `POST /v1/replica/backup?term=N`: the leader's base backup of its log directory.
 pub async fn backup(
     State(state): State<AppState>,
-    Query(query): Query<ReplicaQuery>,
+    query: Result<Query<ReplicaQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Json<CopyStatus>, ApiError> {
+    let query = query_of(&state, query)?;
     on_copy(&state, move |node| {
         node.host()
             .install(query.term, query.coordinator_id.as_deref(), &body)
@@ -73,18 +90,20 @@ pub async fn backup(
 /// `POST /v1/replica/ops?term=N`: one sync point's file operations.
 pub async fn ops(
     State(state): State<AppState>,
-    Query(query): Query<ReplicaQuery>,
+    query: Result<Query<ReplicaQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Json<CopyStatus>, ApiError> {
+    let query = query_of(&state, query)?;
     on_copy(&state, move |node| node.host().apply(query.term, &body)).await
 }
 
 /// `POST /v1/replica/outcomes?term=N&now_ms=T[&reset=true]`: ended outcomes for the index.
 pub async fn outcomes(
     State(state): State<AppState>,
-    Query(query): Query<ReplicaQuery>,
+    query: Result<Query<ReplicaQuery>, QueryRejection>,
     body: Bytes,
 ) -> Result<Json<CopyStatus>, ApiError> {
+    let query = query_of(&state, query)?;
     let batch: Vec<Retained> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             ErrorCode::MalformedJson,
