@@ -110,6 +110,9 @@ impl Core {
     }
 
     async fn flush(self: Arc<Self>, participant: ParticipantName, lane: Arc<Lane>) {
+        // A task spawned from a worker runs next on it (tokio's LIFO slot), ahead of the tasks
+        // already woken with it (the other decisions of one fsync): let those queue first.
+        tokio::task::yield_now().await;
         let endpoint = self.participants.get(&participant).cloned();
         let terms = match &endpoint {
             Some(endpoint) => self.terms(&lane, endpoint).await,

@@ -33,6 +33,8 @@ mod transactions;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_batches;
+#[cfg(test)]
 mod tests_start;
 
 use std::collections::{BTreeMap, HashMap};
