@@ -6,12 +6,15 @@
 //! `--leases` measures lease grants and fenced writes instead (see `leases`); `--ha` a
 //! coordinator group against a single coordinator (see `ha`).
 
+mod bitronix;
 mod cpu;
 mod disk;
 pub mod floor;
 mod ha;
 mod leases;
 mod load;
+mod pg_checks;
+mod pg_server_cpu;
 mod postgres;
 mod sagas;
 
@@ -70,9 +73,14 @@ pub struct Args {
     pub json: bool,
     /// `postgres`: 2-database transfers through PostgreSQL participants against two plain
     /// local transactions (docs/benchmarks.md); uses TWOPC_POSTGRES_URL or a throwaway cluster.
-    /// Reads --concurrency (default here 1,16,64), --seconds and --json only.
+    /// Reads --concurrency (default here 1,16,64), --seconds, --json and --peer only.
     #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
     pub backend: String,
+    /// With `--backend postgres`: also run the same transfer through another transaction
+    /// manager on the same PostgreSQL, cell by cell, and print its row and ratio beside
+    /// twopc's (docs/benchmarks.md). `bitronix` needs Java and Debian's Bitronix packages.
+    #[arg(long, value_enum)]
+    pub peer: Option<postgres::Peer>,
     /// Measure an already running cluster: its coordinator URL, or every coordinator of its
     /// group comma-separated (the one leading at the start is measured), participants named by
     /// --target-participant; no baseline, since its durability cannot be switched off.
@@ -123,6 +131,18 @@ pub struct Cell {
 }
 
 pub fn main(args: Args) -> ExitCode {
+    if let Some(peer) = args.peer
+        && args.backend != "postgres"
+    {
+        // A usage error, worded and numbered as clap's own.
+        eprintln!(
+            "error: --peer {} needs --backend postgres (it runs the PostgreSQL transfer), not --backend {}",
+            clap::ValueEnum::to_possible_value(&peer)
+                .map_or_else(String::new, |v| v.get_name().to_string()),
+            args.backend
+        );
+        return ExitCode::from(2);
+    }
     if args.backend == "postgres" {
         let default = args.concurrency == [1, 16, 64, 256];
         let concurrency = if default {
@@ -130,7 +150,7 @@ pub fn main(args: Args) -> ExitCode {
         } else {
             args.concurrency.clone()
         };
-        return postgres::main(&concurrency, args.seconds, args.json);
+        return postgres::main(&concurrency, args.seconds, args.json, args.peer);
     }
     crate::async_main::block_on("bench", async {
         run(args).await.map(|()| ExitCode::SUCCESS)

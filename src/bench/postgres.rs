@@ -6,6 +6,13 @@
 //! The server is `TWOPC_POSTGRES_URL`'s or a throwaway cluster (as the tests find it). Each
 //! transfer debits one of 1000 accounts in `bench_a` and credits one in `bench_b`, so row
 //! conflicts are rare and the figure is the protocol's cost, not lock waits.
+//!
+//! `--peer bitronix` adds a third run to every cell, the same transfer through Bitronix (see
+//! `bitronix`). After each 2PC run (twopc's and the peer's) the books are checked (see
+//! `pg_checks`); a failed check stops the bench with an error (exit 1): the next runs could
+//! only wait on the locks of what was left prepared, and figures of a run that broke the books
+//! mean nothing. Every run reports CPU per committed
+//! transaction: of its own processes, and of the PostgreSQL server (see `pg_server_cpu`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +21,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use serde::Serialize;
 
+use super::bitronix::{Bitronix, PeerRun};
+use super::cpu;
+use super::pg_checks::{Books, Check};
+use super::pg_server_cpu::PgServerCpu;
 use crate::latency::quantile;
 use cluster::node::{Node, free_port};
 use cluster::pg_cluster::{READY_TIMEOUT, coordinator, pg_participant, seed_accounts, transfer};
@@ -34,10 +45,47 @@ pub struct PgCell {
     pub baseline_p99_ms: Option<f64>,
     /// committed_per_s / baseline_per_s.
     pub ratio: f64,
+    /// CPU time (user + system) of the bench process (the client), the coordinator and both
+    /// participants during the twopc run, warm-up included, per transaction committed in it.
+    pub cpu_us_per_tx: Option<f64>,
+    /// The same for every process of the PostgreSQL server; `None` when it is not local.
+    pub postgres_cpu_us_per_tx: Option<f64>,
+    /// CPU of the bench process (the client) during the plain run, per transaction.
+    pub baseline_cpu_us_per_tx: Option<f64>,
+    /// CPU of the PostgreSQL server during the plain run, per transaction.
+    pub baseline_postgres_cpu_us_per_tx: Option<f64>,
+    /// Money conserved and nothing prepared left after the twopc run.
+    pub twopc_checks: Check,
+    /// The `--peer` run of the same cell, `null` without `--peer`.
+    pub peer: Option<PeerCell>,
+}
+
+/// The peer's run of one cell, against the same cell's plain baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerCell {
+    /// Which peer: `bitronix`.
+    pub name: String,
+    pub committed_per_s: f64,
+    pub failed: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// committed_per_s / the cell's baseline_per_s.
+    pub ratio: f64,
+    /// CPU time of the peer's own process (the JVM: client and transaction manager in one)
+    /// during the run, warm-up included, per transaction committed in it.
+    pub cpu_us_per_tx: Option<f64>,
+    /// The same for every process of the PostgreSQL server.
+    pub postgres_cpu_us_per_tx: Option<f64>,
+    /// Money conserved and nothing prepared left after the peer's run.
+    pub checks: Check,
+    /// The first failure the peer saw, if any failed.
+    pub first_error: Option<String>,
 }
 
 struct Measured {
     done: u64,
+    /// Done including the warm-up and the transfers in flight at the end (what CPU covers).
+    done_all: u64,
     failed: u64,
     latencies: Vec<Duration>,
     elapsed: Duration,
@@ -53,7 +101,20 @@ impl Measured {
     }
 }
 
-pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::ExitCode {
+/// Which transaction manager `--peer` runs beside twopc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Peer {
+    /// Bitronix 2.1 (Java, XA) with pgjdbc's XA data source: Debian's default-jdk-headless,
+    /// libbtm-java, libgeronimo-jta-1.2-spec-java, libpostgresql-jdbc-java, libslf4j-java.
+    Bitronix,
+}
+
+pub fn main(
+    concurrency: &[usize],
+    seconds: f64,
+    json: bool,
+    peer: Option<Peer>,
+) -> std::process::ExitCode {
     // Processes and databases first (blocking), then the load on a runtime.
     let setup = (|| -> Result<_> {
         let server =
@@ -92,9 +153,21 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
             .wait_ready(READY_TIMEOUT)
             .map_err(|e| anyhow!(e))?;
         nodes.push(coordinator);
-        Ok((server, dir, nodes, db_a, db_b, coordinator_url))
+        let peer = match peer {
+            Some(Peer::Bitronix) => {
+                let peer_dir = dir.path().join("bitronix");
+                std::fs::create_dir_all(&peer_dir)
+                    .with_context(|| format!("creating {}", peer_dir.display()))?;
+                if !json {
+                    eprintln!("  starting Bitronix (javac, then a JVM warm-up of 2 s)");
+                }
+                Some(Bitronix::start(&db_a, &db_b, &peer_dir).context("the Bitronix peer")?)
+            }
+            None => None,
+        };
+        Ok((server, dir, nodes, db_a, db_b, coordinator_url, peer))
     })();
-    let (_server, dir, _nodes, db_a, db_b, coordinator_url) = match setup {
+    let (_server, dir, nodes, db_a, db_b, coordinator_url, mut peer) = match setup {
         Ok(parts) => parts,
         Err(e) => {
             eprintln!("twopc bench: {e:#}");
@@ -108,10 +181,47 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
         let client =
             crate::client::builder(&crate::client::ClientArgs::for_cluster(tokens.as_ref()))?
                 .build()?;
+        let books = Books::open(&db_a, &db_b).await?;
+        let server_cpu = PgServerCpu::find(&db_a).await;
+        let read_server = || server_cpu.as_ref().and_then(PgServerCpu::read);
+        // The client (this process), the coordinator and both participants.
+        let me = vec![std::process::id()];
+        let twopc_pids: Option<Vec<u32>> = std::iter::once(Some(std::process::id()))
+            .chain(nodes.iter().map(Node::pid))
+            .collect();
+        let own_cpu = |pids: &Option<Vec<u32>>| pids.as_deref().and_then(cpu::cpu_of_all);
         for &c in concurrency {
+            let before = books.total().await?;
+            let (cpu_0, server_0) = (own_cpu(&twopc_pids), read_server());
             let worker = twopc_worker(coordinator_url.clone(), client.clone());
             let mut twopc = measure(c, seconds, worker).await;
+            let (cpu_1, server_1) = (own_cpu(&twopc_pids), read_server());
+            let twopc_checks = books.check(before).await?;
+            twopc_checks.require(&format!("twopc at concurrency {c}"))?;
+
+            let (plain_cpu_0, plain_server_0) = (cpu::cpu_of_all(&me), read_server());
             let mut plain = measure(c, seconds, plain_worker(db_a.clone(), db_b.clone())).await;
+            let (plain_cpu_1, plain_server_1) = (cpu::cpu_of_all(&me), read_server());
+
+            let peer_cell = match peer.as_mut() {
+                Some(bitronix) => {
+                    let before = books.total().await?;
+                    let server_0 = read_server();
+                    let run =
+                        tokio::task::block_in_place(|| bitronix.run(c, seconds / 5.0, seconds))?;
+                    let server_1 = read_server();
+                    let checks = books.check(before).await?;
+                    checks.require(&format!("bitronix at concurrency {c}"))?;
+                    Some(peer_cell(
+                        &run,
+                        plain.per_second(),
+                        server_0,
+                        server_1,
+                        checks,
+                    ))
+                }
+                None => None,
+            };
             let cell = PgCell {
                 concurrency: c,
                 committed_per_s: twopc.per_second(),
@@ -122,6 +232,20 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
                 baseline_p50_ms: plain.ms(0.5),
                 baseline_p99_ms: plain.ms(0.99),
                 ratio: twopc.per_second() / plain.per_second().max(1e-9),
+                cpu_us_per_tx: cpu::micros_per_tx(cpu_0, cpu_1, twopc.done_all),
+                postgres_cpu_us_per_tx: cpu::micros_per_tx(server_0, server_1, twopc.done_all),
+                baseline_cpu_us_per_tx: cpu::micros_per_tx(
+                    plain_cpu_0,
+                    plain_cpu_1,
+                    plain.done_all,
+                ),
+                baseline_postgres_cpu_us_per_tx: cpu::micros_per_tx(
+                    plain_server_0,
+                    plain_server_1,
+                    plain.done_all,
+                ),
+                twopc_checks,
+                peer: peer_cell,
             };
             if !json {
                 print_cell(&cell, cells.is_empty());
@@ -130,41 +254,131 @@ pub fn main(concurrency: &[usize], seconds: f64, json: bool) -> std::process::Ex
         }
         if json {
             println!("{}", serde_json::to_string_pretty(&cells)?);
+        } else {
+            print_notes(peer.is_some(), server_cpu.is_some());
         }
+        drop(peer);
         Ok(std::process::ExitCode::SUCCESS)
     })
 }
 
+fn peer_cell(
+    run: &PeerRun,
+    plain_per_s: f64,
+    server_0: Option<Duration>,
+    server_1: Option<Duration>,
+    checks: Check,
+) -> PeerCell {
+    let per_tx = |cpu: Option<Duration>| {
+        cpu.filter(|_| run.committed_all > 0)
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / run.committed_all as f64)
+    };
+    PeerCell {
+        name: "bitronix".to_string(),
+        committed_per_s: run.per_second(),
+        failed: run.failed,
+        p50_ms: run.p50_ms,
+        p99_ms: run.p99_ms,
+        ratio: run.per_second() / plain_per_s.max(1e-9),
+        cpu_us_per_tx: per_tx(run.cpu),
+        postgres_cpu_us_per_tx: cpu::micros_per_tx(server_0, server_1, run.committed_all),
+        checks,
+        first_error: run.first_error.clone(),
+    }
+}
+
 fn print_cell(cell: &PgCell, header: bool) {
-    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     if header {
         println!(
             "2-database transfers: twopc (coordinator + 2 PostgreSQL participants) vs two plain local transactions"
         );
         println!(
-            "{:>11} {:>10} {:>7} {:>8} {:>8} | {:>10} {:>8} {:>8} | {:>6}",
+            "{:>11} {:>9} {:>8} {:>6} {:>8} {:>8} {:>9} {:>8} | {:>10} {:>8} {:>8} {:>9} {:>8} | {:>5} | checks",
             "concurrency",
-            "2pc tx/s",
+            "system",
+            "tx/s",
             "failed",
             "p50 ms",
             "p99 ms",
+            "CPU us/tx",
+            "PG us/tx",
             "plain tx/s",
             "p50 ms",
             "p99 ms",
+            "CPU us/tx",
+            "PG us/tx",
             "ratio"
         );
     }
     println!(
-        "{:>11} {:>10.0} {:>7} {:>8} {:>8} | {:>10.0} {:>8} {:>8} | {:>6.2}",
+        "{:>11} {:>9} {:>8.0} {:>6} {:>8} {:>8} {:>9} {:>8} | {:>10.0} {:>8} {:>8} {:>9} {:>8} | {:>5.2} | {}",
         cell.concurrency,
+        "twopc",
         cell.committed_per_s,
         cell.failed,
-        ms(cell.p50_ms),
-        ms(cell.p99_ms),
+        f(cell.p50_ms, 2),
+        f(cell.p99_ms, 2),
+        f(cell.cpu_us_per_tx, 0),
+        f(cell.postgres_cpu_us_per_tx, 0),
         cell.baseline_per_s,
-        ms(cell.baseline_p50_ms),
-        ms(cell.baseline_p99_ms),
-        cell.ratio
+        f(cell.baseline_p50_ms, 2),
+        f(cell.baseline_p99_ms, 2),
+        f(cell.baseline_cpu_us_per_tx, 0),
+        f(cell.baseline_postgres_cpu_us_per_tx, 0),
+        cell.ratio,
+        cell.twopc_checks.describe()
+    );
+    if let Some(peer) = &cell.peer {
+        // The peer's ratio is to the same plain run as twopc's, printed once on the row above.
+        println!(
+            "{:>11} {:>9} {:>8.0} {:>6} {:>8} {:>8} {:>9} {:>8} | {:>10} {:>8} {:>8} {:>9} {:>8} | {:>5.2} | {}",
+            cell.concurrency,
+            peer.name,
+            peer.committed_per_s,
+            peer.failed,
+            f(peer.p50_ms, 2),
+            f(peer.p99_ms, 2),
+            f(peer.cpu_us_per_tx, 0),
+            f(peer.postgres_cpu_us_per_tx, 0),
+            "",
+            "",
+            "",
+            "",
+            "",
+            peer.ratio,
+            peer.checks.describe()
+        );
+        if let Some(error) = peer.first_error.as_deref().filter(|_| peer.failed > 0) {
+            println!("{:>11} first failure: {error}", "");
+        }
+    }
+}
+
+/// What the columns count.
+fn print_notes(peer: bool, server_cpu: bool) {
+    println!();
+    println!(
+        "CPU us/tx: user + system time per committed transfer, warm-up included; twopc: this bench \
+         process (the client), the coordinator and both participants; plain: this bench process"
+    );
+    if peer {
+        println!(
+            "  bitronix: its JVM (client and transaction manager in one process), JVM start-up \
+             and its 2 s warm-up excluded"
+        );
+    }
+    if server_cpu {
+        println!(
+            "PG us/tx: every process of the PostgreSQL server (the postmaster, its live children \
+             and those it reaped) during the same run"
+        );
+    } else {
+        println!("PG us/tx: not measured (the PostgreSQL server is not on this machine)");
+    }
+    println!(
+        "checks: after each 2PC run, money conserved (both databases' balances sum as before) \
+         and no transaction left in pg_prepared_xacts"
     );
 }
 
@@ -187,11 +401,13 @@ async fn measure(concurrency: usize, seconds: f64, work: Work) -> Measured {
                 work.clone(),
             );
             tokio::spawn(async move {
-                let (mut done, mut failed, mut latencies) = (0u64, 0u64, Vec::new());
+                let (mut done, mut done_all, mut failed) = (0u64, 0u64, 0u64);
+                let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let started = Instant::now();
                     let ok = work(n).await;
+                    done_all += u64::from(ok);
                     if measuring.load(Ordering::Relaxed) {
                         if ok {
                             done += 1;
@@ -201,7 +417,7 @@ async fn measure(concurrency: usize, seconds: f64, work: Work) -> Measured {
                         }
                     }
                 }
-                (done, failed, latencies)
+                (done, done_all, failed, latencies)
             })
         })
         .collect();
@@ -214,13 +430,15 @@ async fn measure(concurrency: usize, seconds: f64, work: Work) -> Measured {
     stop.store(true, Ordering::Relaxed);
     let mut total = Measured {
         done: 0,
+        done_all: 0,
         failed: 0,
         latencies: Vec::new(),
         elapsed,
     };
     for task in tasks {
-        if let Ok((done, failed, latencies)) = task.await {
+        if let Ok((done, done_all, failed, latencies)) = task.await {
             total.done += done;
+            total.done_all += done_all;
             total.failed += failed;
             total.latencies.extend(latencies);
         }
