@@ -61,7 +61,7 @@ pub fn forge(
     };
     let rid = rng.u64(..);
     let body = if decide {
-        let mut items: Vec<_> = (0..count)
+        let items: Vec<_> = (0..count)
             .map(|index| {
                 let victim = &prepared[rng.usize(0..prepared.len())];
                 let decision = if rng.bool() {
@@ -79,33 +79,33 @@ pub fn forge(
                 (index, decision, request)
             })
             .collect();
-        match (count, items.pop()) {
-            (1, Some((_, decision, request))) => Body::Decide {
+        match <[_; 1]>::try_from(items) {
+            Ok([(_, decision, request)]) => Body::Decide {
                 rid,
                 from: NOBODY,
                 decision,
                 request,
             },
-            (_, last) => Body::DecideBatch {
+            Err(items) => Body::DecideBatch {
                 batch: rid,
                 from: NOBODY,
-                items: items.into_iter().chain(last).collect(),
+                items,
             },
         }
     } else {
-        let mut items: Vec<_> = (0..count)
+        let items: Vec<_> = (0..count)
             .map(|index| (index, forged_prepare(rng, coordinator_id)))
             .collect();
-        match (count, items.pop()) {
-            (1, Some((_, request))) => Body::Prepare {
+        match <[_; 1]>::try_from(items) {
+            Ok([(_, request)]) => Body::Prepare {
                 rid,
                 from: NOBODY,
                 request,
             },
-            (_, last) => Body::PrepareBatch {
+            Err(items) => Body::PrepareBatch {
                 batch: rid,
                 from: NOBODY,
-                items: items.into_iter().chain(last).collect(),
+                items,
             },
         }
     };
