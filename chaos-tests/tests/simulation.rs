@@ -8,10 +8,12 @@
 //! - `TWOPC_SIM_SEEDS=100000` runs that many seeds (soak); the default is 10,000 per CI run,
 //!   split over `SHARDS` tests so both cores work.
 //! - `TWOPC_SIM_SEED=1234` replays that one seed (a failure prints this command).
+//! - `TWOPC_SIM_BATCHING=on|off` runs every seed with batched phase messages (issue 28) or
+//!   without; by default the seed draws it (half the runs batch).
 
 use std::time::Instant;
 
-use chaos_tests::sim::{Mutation, RunStats, SimConfig, fingerprint, run_seed};
+use chaos_tests::sim::{Batching, Mutation, RunStats, SimConfig, fingerprint, run_seed};
 
 /// Seeds per `cargo test` run, in all shards together.
 const CI_SEEDS: u64 = 10_000;
@@ -41,6 +43,7 @@ fn every_invariant_holds_on_shard(shard: u64) {
     // `TWOPC_SIM_ORDERS=N` changes the number of client transactions per run (soak variety).
     let config = SimConfig {
         orders: env_u64("TWOPC_SIM_ORDERS").map_or(SimConfig::default().orders, |n| n as usize),
+        batching: Batching::from_env().unwrap_or(SimConfig::default().batching),
         ..SimConfig::default()
     };
     for &seed in &seeds {
@@ -61,6 +64,14 @@ fn every_invariant_holds_on_shard(shard: u64) {
                 total.lock_grants += stats.lock_grants;
                 total.resolved += stats.resolved;
                 total.forged += stats.forged;
+                total.batched_runs += stats.batched_runs;
+                total.batches += stats.batches;
+                total.batch_items += stats.batch_items;
+                total.batch_splits += stats.batch_splits;
+                total.batch_reorders += stats.batch_reorders;
+                total.lines_cut += stats.lines_cut;
+                total.forged_lines += stats.forged_lines;
+                total.lines_refused += stats.lines_refused;
             }
             Err(failure) if keep_going => {
                 eprintln!(
@@ -85,7 +96,8 @@ fn every_invariant_holds_on_shard(shard: u64) {
          duplicated), {} crashes, {} restores, {} attempts for {} orders ({} retries that met a \
          forgotten outcome), {} commits, {} aborts, {} attempts left in doubt (undecidable from the coordinator's log), \
          {} prepares queued for a lock ({} granted), {} attempts resolved by the operator, {} \
-         forged high-epoch messages refused",
+         forged high-epoch messages refused; {} runs batched: {} batches of {} items, {} split, \
+         {} reordered, {} answer lines lost to broken streams, {} of {} forged lines refused",
         seeds.len(),
         started.elapsed(),
         total.steps,
@@ -103,7 +115,15 @@ fn every_invariant_holds_on_shard(shard: u64) {
         total.lock_waits,
         total.lock_grants,
         total.resolved,
-        total.forged
+        total.forged,
+        total.batched_runs,
+        total.batches,
+        total.batch_items,
+        total.batch_splits,
+        total.batch_reorders,
+        total.lines_cut,
+        total.lines_refused,
+        total.forged_lines
     );
     if seeds.len() >= 100 {
         // The runs must really exercise faults, the new operations and both outcomes, or they
@@ -129,6 +149,25 @@ fn every_invariant_holds_on_shard(shard: u64) {
             total.forged > runs / 2,
             "an adversary forges high-epoch messages: {total:?}"
         );
+        // Both paths run (unless one was chosen), and the batches meet every batch fault.
+        if config.batching == Batching::Seeded {
+            assert!(
+                total.batched_runs > runs / 4 && total.batched_runs < runs * 3 / 4,
+                "{total:?}"
+            );
+        }
+        if config.batching != Batching::PerMessage {
+            assert!(total.batch_items > total.batches, "{total:?}");
+            assert!(
+                total.batch_splits > 0 && total.batch_reorders > 0,
+                "{total:?}"
+            );
+            assert!(total.lines_cut > 0, "{total:?}");
+            assert!(
+                total.lines_refused > 0 && total.lines_refused <= total.forged_lines,
+                "forged lines are refused: {total:?}"
+            );
+        }
     }
 }
 
@@ -154,12 +193,20 @@ fn every_invariant_holds_on_shard_3() {
 
 #[test]
 fn without_faults_every_order_resolves_and_some_commit() {
+    for batching in [Batching::PerMessage, Batching::Batched] {
+        without_faults_every_order_resolves(batching);
+    }
+}
+
+fn without_faults_every_order_resolves(batching: Batching) {
     let config = SimConfig {
         faults: false,
+        batching,
         ..SimConfig::default()
     };
     let mut committed = 0;
     let (mut waits, mut grants) = (0, 0);
+    let mut batches = 0;
     for seed in 0..50 {
         let stats = run_seed(seed, config).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(
@@ -175,7 +222,9 @@ fn without_faults_every_order_resolves_and_some_commit() {
         committed += stats.committed;
         waits += stats.lock_waits;
         grants += stats.lock_grants;
+        batches += stats.batches;
     }
+    assert_eq!(batches > 0, batching == Batching::Batched, "{batching:?}");
     assert!(committed > 0);
     // The orders share three skus and three customers: prepares meet held keys and queue, and
     // some of them are granted when the holder is decided (the deferred yes is exercised).
@@ -185,12 +234,17 @@ fn without_faults_every_order_resolves_and_some_commit() {
 #[test]
 fn a_seed_replays_exactly() {
     for seed in [0, 7, 4242] {
-        let config = SimConfig::default();
-        assert_eq!(
-            fingerprint(seed, config),
-            fingerprint(seed, config),
-            "seed {seed}"
-        );
+        for batching in [Batching::Seeded, Batching::Batched] {
+            let config = SimConfig {
+                batching,
+                ..SimConfig::default()
+            };
+            assert_eq!(
+                fingerprint(seed, config),
+                fingerprint(seed, config),
+                "seed {seed} {batching:?}"
+            );
+        }
     }
     assert_ne!(
         fingerprint(1, SimConfig::default()),
@@ -199,16 +253,22 @@ fn a_seed_replays_exactly() {
 }
 
 fn first_catch(mutation: Mutation) -> chaos_tests::sim::Failure {
-    let config = SimConfig {
+    first_catch_in(SimConfig {
         mutation,
         ..SimConfig::default()
-    };
+    })
+}
+
+fn first_catch_in(config: SimConfig) -> chaos_tests::sim::Failure {
     for seed in 0..MUTATION_SEEDS {
         if let Err(failure) = run_seed(seed, config) {
             return failure;
         }
     }
-    panic!("mutation {mutation:?} was not caught by any of {MUTATION_SEEDS} seeds");
+    panic!(
+        "mutation {:?} ({:?}) was not caught by any of {MUTATION_SEEDS} seeds",
+        config.mutation, config.batching
+    );
 }
 
 #[test]
@@ -225,6 +285,38 @@ fn sending_phase_two_before_the_decision_is_durable_is_caught() {
 fn voting_yes_before_the_prepared_record_is_durable_is_caught() {
     let failure = first_catch(Mutation::VoteBeforePreparedDurable);
     eprintln!("{failure}");
+}
+
+#[test]
+fn a_batch_item_voting_yes_before_its_record_is_durable_is_caught() {
+    // Issue 28: an item of a batch is answered on the lone message's path, so the early yes of
+    // `VoteBeforePreparedDurable` leaves on its line too; with every prepare batched (the epoch
+    // probe is a decision), any catch is of a batch item's line.
+    let failure = first_catch_in(SimConfig {
+        mutation: Mutation::VoteBeforePreparedDurable,
+        batching: Batching::Batched,
+        ..SimConfig::default()
+    });
+    eprintln!("{failure}");
+}
+
+#[test]
+fn pairing_batch_answers_by_position_is_caught() {
+    // Issue 28: lines come in the order answers are ready (a prepare that waits for a lock
+    // answers after the items behind it, the network reorders lines and items), so a yes
+    // paired with the k-th item instead of its `index` is credited to another attempt, which
+    // commits where a participant voted no or never prepared.
+    let failure = first_catch_in(SimConfig {
+        mutation: Mutation::BatchAnswerByPosition,
+        batching: Batching::Batched,
+        ..SimConfig::default()
+    });
+    eprintln!("{failure}");
+    assert!(
+        ["yes durable", "atomicity", "agreement", "durability"]
+            .contains(&failure.invariant.as_str()),
+        "{failure}"
+    );
 }
 
 #[test]

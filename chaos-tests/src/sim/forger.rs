@@ -8,6 +8,14 @@
 //! coordinator, liveness once faults heal) must hold whatever it sends;
 //! `Mutation::NoEpochBound` takes the bound away to show they do not without it.
 //!
+//! It sends such messages alone or as a batch of a few (issue 28): each item is refused on its
+//! own, as the lone message would be.
+//!
+//! It also answers batches it saw on the wire with a line that names another attempt than the
+//! item at its index (`forge_line`): the coordinator must credit no attempt with it (it counts
+//! the line as an error answer for that item: the attempt aborts or the decision is retried).
+//! A line naming the right attempt is the current-epoch forgery below, not modelled.
+//!
 //! It also asks the coordinator for decisions about made-up runs and epochs (`hostile_query`),
 //! which any peer may do: a query is a claim, so it must be answered `unknown` and change
 //! nothing (`Mutation::BehindFromQuery` is the old rule that stopped new work on it).
@@ -21,7 +29,7 @@ use protocol::{
     PrepareRequest, TxId,
 };
 
-use super::net::{Body, Msg, Node};
+use super::net::{Body, LineAnswer, Msg, Node, RequestId};
 use super::participant_node::ParticipantNode;
 
 /// The bound the simulated participants run with: small, so that the coordinator's restarts
@@ -39,52 +47,65 @@ pub fn forge(
     coordinator_id: &CoordinatorId,
     target: &ParticipantNode,
 ) -> Msg {
-    let epoch = Epoch(match rng.u32(0..3) {
-        0 => u64::MAX,
-        1 => u64::MAX / 2 + rng.u64(0..1_000),
-        _ => EPOCH_JUMP_MAX + 100 + rng.u64(0..1_000_000),
-    });
-    let incarnation = Incarnation(rng.u64(..));
-    let rid = rng.u64(..);
     let prepared = target
         .engine
         .as_ref()
         .map(|engine| engine.prepared_list())
         .unwrap_or_default();
-    let body = if !prepared.is_empty() && rng.u32(0..4) != 0 {
-        let victim = &prepared[rng.usize(0..prepared.len())];
-        Body::Decide {
-            rid,
-            from: NOBODY,
-            decision: if rng.bool() {
-                Decision::Commit
-            } else {
-                Decision::Abort
+    let decide = !prepared.is_empty() && rng.u32(0..4) != 0;
+    // A third of the forgeries are batches of two or three such messages.
+    let count = if rng.u32(0..3) == 0 {
+        rng.usize(2..=3)
+    } else {
+        1
+    };
+    let rid = rng.u64(..);
+    let body = if decide {
+        let items: Vec<_> = (0..count)
+            .map(|index| {
+                let victim = &prepared[rng.usize(0..prepared.len())];
+                let decision = if rng.bool() {
+                    Decision::Commit
+                } else {
+                    Decision::Abort
+                };
+                let request = DecisionRequest {
+                    txid: victim.txid.clone(),
+                    gtid: victim.gtid.clone(),
+                    coordinator_id: coordinator_id.clone(),
+                    epoch: high_epoch(rng),
+                    incarnation: Incarnation(rng.u64(..)),
+                };
+                (index, decision, request)
+            })
+            .collect();
+        match <[_; 1]>::try_from(items) {
+            Ok([(_, decision, request)]) => Body::Decide {
+                rid,
+                from: NOBODY,
+                decision,
+                request,
             },
-            request: DecisionRequest {
-                txid: victim.txid.clone(),
-                gtid: victim.gtid.clone(),
-                coordinator_id: coordinator_id.clone(),
-                epoch,
-                incarnation,
+            Err(items) => Body::DecideBatch {
+                batch: rid,
+                from: NOBODY,
+                items,
             },
         }
     } else {
-        let position = rng.u64(..);
-        Body::Prepare {
-            rid,
-            from: NOBODY,
-            request: PrepareRequest {
-                txid: TxId::new(format!("forged-{position}")).expect("a valid constant shape"),
-                gtid: GlobalTxId::compose(coordinator_id, incarnation, position),
-                coordinator_id: coordinator_id.clone(),
-                epoch,
-                incarnation,
-                position,
-                payload: serde_json::json!({"ops": []}),
-                started_at_ms: None,
-                lock_wait_ms: None,
-                participants: None,
+        let items: Vec<_> = (0..count)
+            .map(|index| (index, forged_prepare(rng, coordinator_id)))
+            .collect();
+        match <[_; 1]>::try_from(items) {
+            Ok([(_, request)]) => Body::Prepare {
+                rid,
+                from: NOBODY,
+                request,
+            },
+            Err(items) => Body::PrepareBatch {
+                batch: rid,
+                from: NOBODY,
+                items,
             },
         }
     };
@@ -92,6 +113,73 @@ pub fn forge(
         to: Some(Node::Participant(target.index)),
         body,
     }
+}
+
+/// An epoch far above any the coordinator reaches in a run.
+fn high_epoch(rng: &mut fastrand::Rng) -> Epoch {
+    Epoch(match rng.u32(0..3) {
+        0 => u64::MAX,
+        1 => u64::MAX / 2 + rng.u64(0..1_000),
+        _ => EPOCH_JUMP_MAX + 100 + rng.u64(0..1_000_000),
+    })
+}
+
+/// A prepare of a made-up attempt at a high epoch.
+fn forged_prepare(rng: &mut fastrand::Rng, coordinator_id: &CoordinatorId) -> PrepareRequest {
+    let incarnation = Incarnation(rng.u64(..));
+    let position = rng.u64(..);
+    PrepareRequest {
+        txid: TxId::new(format!("forged-{position}")).expect("a valid constant shape"),
+        gtid: GlobalTxId::compose(coordinator_id, incarnation, position),
+        coordinator_id: coordinator_id.clone(),
+        epoch: high_epoch(rng),
+        incarnation,
+        position,
+        payload: serde_json::json!({"ops": []}),
+        started_at_ms: None,
+        lock_wait_ms: None,
+        participants: None,
+    }
+}
+
+/// An answer line for an item of the batch call `batch` (whose items' attempts, by index, are
+/// `items`) that names another attempt: another item's, or one never begun. A yes or an ack,
+/// which credited to the item would commit or forget it. `None` when the call is over.
+pub fn forge_line(
+    rng: &mut fastrand::Rng,
+    batch: RequestId,
+    coordinator: u64,
+    items: &[GlobalTxId],
+) -> Option<Msg> {
+    if items.is_empty() {
+        return None;
+    }
+    let index = rng.usize(0..items.len());
+    let others: Vec<&GlobalTxId> = items.iter().filter(|g| **g != items[index]).collect();
+    let gtid = match others.is_empty() || rng.bool() {
+        false => others[rng.usize(0..others.len())].clone(),
+        // The item's run, at a position no run reaches.
+        true => {
+            let (coordinator_id, incarnation, _) = items[index].parts()?;
+            let coordinator_id = CoordinatorId::new(coordinator_id).ok()?;
+            GlobalTxId::compose(&coordinator_id, incarnation, u64::MAX - rng.u64(0..1_000))
+        }
+    };
+    let answer = if rng.bool() {
+        LineAnswer::Vote(Ok(protocol::Vote::Yes))
+    } else {
+        LineAnswer::Ack(Ok(()))
+    };
+    Some(Msg {
+        to: Some(Node::Coordinator),
+        body: Body::BatchAnswer {
+            batch,
+            to: coordinator,
+            index,
+            gtid,
+            answer,
+        },
+    })
 }
 
 /// A decision query for an attempt of a run the coordinator never had, at a made-up epoch and

@@ -3,8 +3,9 @@
 //!
 //! Sources of truth: each participant's log as it stands (what its restart would rebuild, and
 //! what its in-memory state reflects), each participant's committed KV state, the set of
-//! coordinator decisions that ever became durable (durable records are never lost), and what
-//! each client was told.
+//! coordinator decisions that ever became durable (durable records are never lost), every
+//! Prepared record that ever became durable at each participant (a commit decision must rest on
+//! one at every participant of the attempt: "yes durable"), and what each client was told.
 
 use protocol::{Decision, DecisionStatus, GlobalTxId, Outcome};
 
@@ -48,6 +49,38 @@ impl World {
             if node.changes.get() != node.checked.get() {
                 self.check_store(p)?;
                 node.checked.set(node.changes.get());
+            }
+        }
+        Ok(())
+    }
+
+    /// A commit decision rests on every participant's yes, and a yes on a durable Prepared
+    /// record: when a commit decision becomes durable, every participant of the attempt's
+    /// order has had its Prepared record durable (whatever carried the vote, and whatever
+    /// answer it was paired with).
+    pub(super) fn check_commits_rest_on_yes(&mut self) -> Result<(), Violation> {
+        for gtid in std::mem::take(&mut self.coordinator.commits_to_check) {
+            let Some((_, digest)) = self.coordinator.attempts.get(&gtid) else {
+                continue;
+            };
+            let Some(client) = self.clients.iter().find(|c| c.tx.digest == *digest) else {
+                continue;
+            };
+            for (name, _) in &client.tx.participants {
+                let Some(p) = self.coordinator.participants.iter().position(|n| n == name) else {
+                    continue;
+                };
+                if !self.participants[p].durably_prepared.contains(&gtid) {
+                    let how = self.participants[p].ended.get(&gtid);
+                    return Err((
+                        "yes durable",
+                        format!(
+                            "the coordinator durably committed {gtid} ({}), but participant {p} \
+                             never had its Prepared record durable (it ended {how:?})",
+                            client.order.id
+                        ),
+                    ));
+                }
             }
         }
         Ok(())

@@ -18,6 +18,14 @@
 //! one seed must replay one run exactly, step for step. It also never reaches into the
 //! engines' private state: it sees only what their public API and the logged records show.
 //!
+//! Batched phase messages (issue 28) are in the mix: in a batching run ([`Batching`]) the
+//! coordinator's sender carries the prepares (and, apart, the decisions) it has for a participant
+//! when it runs as one batch, each item with its own request id and timeout; the participant
+//! handles the items in order, each as the lone message, and answers each on its own line once
+//! that item's records are durable. The network drops, duplicates and delays whole batches,
+//! splits them in two, reorders their items, and breaks a batch's answer stream after a few
+//! lines; each line travels (and is lost or delayed) on its own.
+//!
 //! Test-only [`Mutation`]s break the runtimes' ordering on purpose, to show the checks catch it.
 //!
 //! **Map**, floor by floor (a file imports only from the floors below it):
@@ -92,6 +100,34 @@ pub enum Mutation {
     /// under another run never raises it, so its answers and resolutions are ignored there
     /// until someone restarts it.
     NoEpochRaise,
+    /// Issue 28: the coordinator pairs the k-th answer line of a batch it receives with the
+    /// k-th item it sent, instead of by the line's `index` checked against its gtid. Lines come
+    /// in the order answers became ready (a prepare that waits for a lock answers after the
+    /// items behind it), so a yes is credited to another attempt.
+    BatchAnswerByPosition,
+}
+
+/// Whether the coordinator batches its phase messages in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// Every prepare and decision is a message of its own (a participant without batching).
+    PerMessage,
+    /// Prepares and decisions travel in batches (the epoch probe stays a lone message).
+    Batched,
+    /// The seed draws one of the two: half the runs batch.
+    Seeded,
+}
+
+impl Batching {
+    /// `TWOPC_SIM_BATCHING=on|off|seeded`, for soaks of one path; `None` when unset.
+    pub fn from_env() -> Option<Batching> {
+        match std::env::var("TWOPC_SIM_BATCHING").ok()?.trim() {
+            "on" => Some(Batching::Batched),
+            "off" => Some(Batching::PerMessage),
+            "seeded" => Some(Batching::Seeded),
+            _ => None,
+        }
+    }
 }
 
 /// The shape of one run.
@@ -106,6 +142,7 @@ pub struct SimConfig {
     /// Whether to inject faults at all (a fault-free run must commit what it can).
     pub faults: bool,
     pub mutation: Mutation,
+    pub batching: Batching,
 }
 
 impl Default for SimConfig {
@@ -116,6 +153,7 @@ impl Default for SimConfig {
             quiesce_bound_ms: 60_000,
             faults: true,
             mutation: Mutation::None,
+            batching: Batching::Seeded,
         }
     }
 }
@@ -147,6 +185,21 @@ pub struct RunStats {
     pub resolved: u64,
     /// Messages an adversary without the peer token forged (`forger`).
     pub forged: u64,
+    /// 1 for a run whose coordinator batched (summed over runs: how many did).
+    pub batched_runs: u64,
+    /// Batch messages sent (prepares and decisions), and the items they carried.
+    pub batches: u64,
+    pub batch_items: u64,
+    /// Batches the network split in two, and batches whose items it reordered.
+    pub batch_splits: u64,
+    pub batch_reorders: u64,
+    /// Answer lines lost because their batch's connection broke (the lines answering forged
+    /// batches included, in runs that do not batch too).
+    pub lines_cut: u64,
+    /// Answer lines an adversary forged, and lines the coordinator refused to credit because
+    /// the gtid they name is not the item's at their index.
+    pub forged_lines: u64,
+    pub lines_refused: u64,
 }
 
 /// A run that broke an invariant: everything needed to understand and replay it.
@@ -154,6 +207,7 @@ pub struct RunStats {
 pub struct Failure {
     pub seed: u64,
     pub mutation: Mutation,
+    pub batching: Batching,
     pub orders: usize,
     pub invariant: String,
     pub detail: String,
@@ -181,7 +235,7 @@ impl fmt::Display for Failure {
             format!("TWOPC_SIM_ORDERS={} ", self.orders)
         };
         match self.mutation {
-            Mutation::None => write!(
+            Mutation::None if self.batching == SimConfig::default().batching => write!(
                 f,
                 "replay this seed with: TWOPC_SIM_SEED={} {orders}cargo test -p twopc-chaos-tests \
                  --test simulation every_invariant_holds_on_shard_0",
@@ -190,8 +244,8 @@ impl fmt::Display for Failure {
             mutation => write!(
                 f,
                 "replay: chaos_tests::sim::run_seed({}, SimConfig {{ mutation: Mutation::{mutation:?}, \
-                 ..SimConfig::default() }})",
-                self.seed
+                 batching: Batching::{:?}, orders: {}, ..SimConfig::default() }})",
+                self.seed, self.batching, self.orders
             ),
         }
     }
@@ -238,6 +292,8 @@ pub fn run_seed(seed: u64, config: SimConfig) -> Result<RunStats, Failure> {
         .sum();
     stats.lock_waits = world.participants.iter().map(|p| p.lock_waits).sum();
     stats.lock_grants = world.participants.iter().map(|p| p.lock_grants).sum();
+    stats.batched_runs = u64::from(world.coordinator.batching.is_some());
+    stats.lines_refused = world.coordinator.lines_refused;
     Ok(stats)
 }
 

@@ -4,14 +4,21 @@
 //! A request goes to a node whatever incarnation is running when it arrives; a response goes
 //! to the incarnation that sent the request (an HTTP response travels on the caller's
 //! connection, so it dies with the caller's process).
+//!
+//! Batches (issue 28) meet harsher faults than TCP allows, so that nothing rests on a batch's
+//! grouping or order: besides being lost, duplicated or delayed whole, a batch is split in two
+//! (each part delayed and lost on its own) and its items reordered, every item keeping the
+//! index it had in the request the coordinator built; each answer line is a message of its own
+//! (lines overtake each other), and a batch's answer stream breaks after a few lines
+//! ([`Connections`]).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use coordinator::engine::Reply as ClientReply;
 use protocol::{
-    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, ErrorBody, PrepareRequest,
-    TxId, Vote,
+    Decision, DecisionQuery, DecisionQueryResponse, DecisionRequest, ErrorBody, GlobalTxId,
+    PrepareRequest, TxId, Vote,
 };
 
 /// Identifies an outstanding request (an HTTP call) so its response and its timeout resolve it
@@ -61,6 +68,29 @@ pub enum Body {
         to: Incarnation,
         answer: Result<(), ErrorBody>,
     },
+    /// `POST /2pc/batch/prepare`: `batch` names the HTTP call; each item is (its index in the
+    /// request the coordinator built, the prepare).
+    PrepareBatch {
+        batch: RequestId,
+        from: Incarnation,
+        items: Vec<(usize, PrepareRequest)>,
+    },
+    /// `POST /2pc/batch/decide`: each item is (its index, the decision, what the lone
+    /// `/2pc/commit` or `/2pc/abort` would carry).
+    DecideBatch {
+        batch: RequestId,
+        from: Incarnation,
+        items: Vec<(usize, Decision, DecisionRequest)>,
+    },
+    /// One line of a batch's answer (`protocol::batch::BatchAnswer`): the answer to the item
+    /// at `index`, naming its attempt.
+    BatchAnswer {
+        batch: RequestId,
+        to: Incarnation,
+        index: usize,
+        gtid: GlobalTxId,
+        answer: LineAnswer,
+    },
     /// Participant in doubt -> coordinator: `GET /v1/transactions/{txid}/decision?{query}`.
     Query {
         rid: RequestId,
@@ -73,6 +103,25 @@ pub enum Body {
         to: Incarnation,
         answer: DecisionQueryResponse,
     },
+}
+
+/// What an answer line carries: what the lone message's answer would have.
+#[derive(Debug, Clone)]
+pub enum LineAnswer {
+    Vote(Result<Vote, ErrorBody>),
+    Ack(Result<(), ErrorBody>),
+}
+
+impl Body {
+    /// The batch call this message belongs to, and its items (0 for an answer line).
+    pub fn batch(&self) -> Option<(RequestId, usize)> {
+        match self {
+            Body::PrepareBatch { batch, items, .. } => Some((*batch, items.len())),
+            Body::DecideBatch { batch, items, .. } => Some((*batch, items.len())),
+            Body::BatchAnswer { batch, .. } => Some((*batch, 0)),
+            _ => None,
+        }
+    }
 }
 
 /// A message: to a node (`Some`) or to a client (`None`).
@@ -121,6 +170,9 @@ pub enum Ev {
     Heal,
     /// An adversary without the peer token sends this participant a forged message.
     Forge(usize),
+    /// An adversary that saw this batch on the wire sends the coordinator an answer line for
+    /// one of its items naming another attempt.
+    ForgeLine(RequestId),
     /// A hostile peer asks the coordinator for a decision naming a made-up run and epoch.
     HostileQuery,
     /// An operator who errs resolves with the wrong id, a gtid not yet given out, or one whose
@@ -138,6 +190,8 @@ pub enum Timer {
     Tick,
     /// The coordinator asks this participant (index) its epoch probe again.
     ProbeDue(usize),
+    /// The coordinator's batch lane for this participant (index) flushes.
+    FlushBatches(usize),
 }
 
 /// The event queue: earliest first, ties in scheduling order.
@@ -174,6 +228,11 @@ pub struct NetFaults {
     pub delay_max_ms: u64,
     /// Percent of messages held far longer (past most timeouts).
     pub long_delay_pct: u32,
+    /// Percent of batches (of two items or more) split in two, and whose items are reordered.
+    pub split_pct: u32,
+    pub reorder_pct: u32,
+    /// Percent of batch calls whose answer stream breaks after a few lines.
+    pub cut_pct: u32,
 }
 
 impl NetFaults {
@@ -182,6 +241,9 @@ impl NetFaults {
         dup_pct: 0,
         delay_max_ms: 5,
         long_delay_pct: 0,
+        split_pct: 0,
+        reorder_pct: 0,
+        cut_pct: 0,
     };
 
     /// The delivery times of a message sent at `now_ms` (empty: lost).
@@ -200,5 +262,98 @@ impl NetFaults {
                 now_ms + delay
             })
             .collect()
+    }
+}
+
+/// What the network did to a batch on its way.
+#[derive(Debug, Default)]
+pub struct Reshaped {
+    pub msgs: Vec<Msg>,
+    pub split: bool,
+    pub reordered: bool,
+}
+
+impl NetFaults {
+    /// A batch's items reordered and maybe split over two messages (each keeps its index);
+    /// any other message as it is.
+    pub fn reshape(&self, rng: &mut fastrand::Rng, msg: Msg) -> Reshaped {
+        let mut out = Reshaped::default();
+        let to = msg.to;
+        match msg.body {
+            Body::PrepareBatch { batch, from, items } => {
+                let parts = self.cut_items(rng, items, &mut out);
+                for items in parts {
+                    out.msgs.push(Msg {
+                        to,
+                        body: Body::PrepareBatch { batch, from, items },
+                    });
+                }
+            }
+            Body::DecideBatch { batch, from, items } => {
+                let parts = self.cut_items(rng, items, &mut out);
+                for items in parts {
+                    out.msgs.push(Msg {
+                        to,
+                        body: Body::DecideBatch { batch, from, items },
+                    });
+                }
+            }
+            body => out.msgs.push(Msg { to, body }),
+        }
+        out
+    }
+
+    fn cut_items<T>(
+        &self,
+        rng: &mut fastrand::Rng,
+        mut items: Vec<T>,
+        out: &mut Reshaped,
+    ) -> Vec<Vec<T>> {
+        if items.len() < 2 {
+            return vec![items];
+        }
+        if rng.u32(0..100) < self.reorder_pct {
+            rng.shuffle(&mut items);
+            out.reordered = true;
+        }
+        if rng.u32(0..100) < self.split_pct {
+            let rest = items.split_off(rng.usize(1..items.len()));
+            out.split = true;
+            return vec![items, rest];
+        }
+        vec![items]
+    }
+}
+
+/// The answer streams of batch calls: whether each broke, and how many lines it still
+/// carries.
+#[derive(Debug, Default)]
+pub struct Connections {
+    /// Per batch call, the lines it still carries (`None`: it does not break); a duplicate of
+    /// the request shares its call's.
+    left: std::collections::BTreeMap<RequestId, Option<u32>>,
+}
+
+impl Connections {
+    /// Whether this answer line of `batch` gets through the call's connection (drawn at its
+    /// first line: with `cut_pct`, the stream breaks after 0 to 2 lines).
+    pub fn carries(
+        &mut self,
+        faults: &NetFaults,
+        rng: &mut fastrand::Rng,
+        batch: RequestId,
+    ) -> bool {
+        let left = self
+            .left
+            .entry(batch)
+            .or_insert_with(|| (rng.u32(0..100) < faults.cut_pct).then(|| rng.u32(0..=2)));
+        match left {
+            None => true,
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+        }
     }
 }

@@ -9,21 +9,27 @@
 //! A prepare that queues for locks is answered by a later step's `Deliver` (after the forced
 //! records before it, as any reply). A crash drops the queue with the engine: the coordinator
 //! hears nothing and its request times out, as with a real participant.
+//!
+//! A batch (issue 28) is its items in the order they arrive, each handled exactly as the lone
+//! message ([`ParticipantNode::deliver_item`]); each answer is a line of its own, sent once
+//! that item's records are durable (the items' forced records share the disk's next sync, the
+//! one forced write per batch), so an item waiting for a lock holds back no other. The
+//! scheduler hands the items over one by one, with a crash point after each.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use participant::Rejection;
 use participant::kv::KvStore;
 use participant::record::Record;
 use participant::snapshot::Snapshot;
 use participant::{Command, Engine, EngineConfig, Event, Reply};
-use protocol::{Decision, ErrorBody, ErrorCode, GlobalTxId, Vote};
+use protocol::{Decision, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote};
 
 use super::Mutation;
 use super::disk::Disk;
 use super::io::Io;
-use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
+use super::net::{Body, Ev, Incarnation, LineAnswer, Msg, Node, RequestId, Timer};
 
 /// How an attempt ended at a participant, as its log says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +38,103 @@ pub enum Ended {
     Aborted,
     /// Voted no (a `Refused` record).
     Refused,
+}
+
+/// Where an answer goes: the HTTP call of a lone message, or a line of a batch call's answer.
+#[derive(Debug, Clone)]
+pub enum ReplyTo {
+    Call(RequestId, Incarnation),
+    Line {
+        batch: RequestId,
+        to: Incarnation,
+        index: usize,
+        gtid: GlobalTxId,
+    },
+}
+
+impl ReplyTo {
+    fn vote(self, answer: Result<Vote, ErrorBody>) -> Msg {
+        let body = match self {
+            ReplyTo::Call(rid, to) => Body::PrepareAnswer { rid, to, answer },
+            ReplyTo::Line {
+                batch,
+                to,
+                index,
+                gtid,
+            } => Body::BatchAnswer {
+                batch,
+                to,
+                index,
+                gtid,
+                answer: LineAnswer::Vote(answer),
+            },
+        };
+        Msg {
+            to: Some(Node::Coordinator),
+            body,
+        }
+    }
+
+    fn ack(self, answer: Result<(), ErrorBody>) -> Msg {
+        let body = match self {
+            ReplyTo::Call(rid, to) => Body::DecideAnswer { rid, to, answer },
+            ReplyTo::Line {
+                batch,
+                to,
+                index,
+                gtid,
+            } => Body::BatchAnswer {
+                batch,
+                to,
+                index,
+                gtid,
+                answer: LineAnswer::Ack(answer),
+            },
+        };
+        Msg {
+            to: Some(Node::Coordinator),
+            body,
+        }
+    }
+}
+
+/// One phase message, alone or an item of a batch, with where its answer goes.
+#[derive(Debug, Clone)]
+pub enum Item {
+    Prepare(ReplyTo, PrepareRequest),
+    Decide(ReplyTo, Decision, DecisionRequest),
+}
+
+/// A batch's items in the order they arrived, each answering on its own line (none for any
+/// other message).
+pub fn batch_items(body: Body) -> Vec<Item> {
+    match body {
+        Body::PrepareBatch { batch, from, items } => items
+            .into_iter()
+            .map(|(index, request)| {
+                let to = ReplyTo::Line {
+                    batch,
+                    to: from,
+                    index,
+                    gtid: request.gtid.clone(),
+                };
+                Item::Prepare(to, request)
+            })
+            .collect(),
+        Body::DecideBatch { batch, from, items } => items
+            .into_iter()
+            .map(|(index, decision, request)| {
+                let to = ReplyTo::Line {
+                    batch,
+                    to: from,
+                    index,
+                    gtid: request.gtid.clone(),
+                };
+                Item::Decide(to, decision, request)
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// What a checkpoint keeps: the engine's snapshot, and (for the checks) the outcomes of the
@@ -56,11 +159,14 @@ pub struct ParticipantNode {
     pub ended: BTreeMap<GlobalTxId, Ended>,
     /// An attempt that ended two ways in this participant's log.
     pub conflict: Option<String>,
+    /// Ground truth for the checks, kept across crashes: every attempt whose Prepared record
+    /// was ever durable here (what a yes vote must rest on).
+    pub durably_prepared: BTreeSet<GlobalTxId>,
     /// Replies waiting for their forced record: (sequence number, message).
     reply_waits: Vec<(u64, Msg)>,
     queries: BTreeMap<RequestId, GlobalTxId>,
     /// Prepares queued in the engine, by waiter id: whom to answer.
-    waiters: BTreeMap<u64, (RequestId, Incarnation)>,
+    waiters: BTreeMap<u64, ReplyTo>,
     next_waiter: u64,
     /// Prepares that queued for a lock, and those of them later granted (a deferred yes).
     pub lock_waits: u64,
@@ -85,6 +191,7 @@ impl ParticipantNode {
             engine: None,
             ended: BTreeMap::new(),
             conflict: None,
+            durably_prepared: BTreeSet::new(),
             reply_waits: Vec::new(),
             queries: BTreeMap::new(),
             waiters: BTreeMap::new(),
@@ -143,6 +250,14 @@ impl ParticipantNode {
         }
     }
 
+    fn note_durable(&mut self, records: &[Record]) {
+        for record in records {
+            if let Record::Prepared { gtid, .. } = record {
+                self.durably_prepared.insert(gtid.clone());
+            }
+        }
+    }
+
     /// The outcomes the log holds now (after a crash cut it back).
     fn rebuild_ended(&mut self) {
         self.ended = self
@@ -171,7 +286,8 @@ impl ParticipantNode {
         self.rebuild_ended();
         self.changed();
         // Opening the log fsyncs what survived.
-        self.disk.sync();
+        let newly = self.disk.sync();
+        self.note_durable(&newly);
         self.engine = Some(engine);
         io.note(|| format!("participant {} up", self.index));
         self.arm_tick(io);
@@ -232,7 +348,8 @@ impl ParticipantNode {
             engine: engine.snapshot(),
             ended: self.ended.clone(),
         };
-        self.disk.checkpoint(snapshot);
+        let newly = self.disk.checkpoint(snapshot);
+        self.note_durable(&newly);
         io.note(|| format!("participant {} checkpoint", self.index));
         self.release_replies(io);
     }
@@ -242,7 +359,8 @@ impl ParticipantNode {
         if !self.is_up() {
             return;
         }
-        self.disk.sync();
+        let newly = self.disk.sync();
+        self.note_durable(&newly);
         self.release_replies(io);
     }
 
@@ -275,56 +393,21 @@ impl ParticipantNode {
         }
         match body {
             Body::Prepare { rid, from, request } => {
-                let waiter = self.next_waiter;
-                self.next_waiter += 1;
-                // Registered before the step: a grant in this very step delivers to it.
-                self.waiters.insert(waiter, (rid, from));
-                let reply = self.step(
-                    io,
-                    Event::Prepare {
-                        request,
-                        now_ms: io.now_ms,
-                        waiter,
-                    },
-                );
-                match reply {
-                    Some((reply, wait)) => {
-                        self.waiters.remove(&waiter);
-                        self.answer_prepare(io, (rid, from), reply, wait);
-                    }
-                    None if self.waiters.contains_key(&waiter) => self.lock_waits += 1,
-                    None => {}
-                }
+                self.deliver_item(io, Item::Prepare(ReplyTo::Call(rid, from), request));
             }
             Body::Decide {
                 rid,
                 from,
                 decision,
                 request,
-            } => {
-                let now_ms = io.now_ms;
-                let event = match decision {
-                    Decision::Commit => Event::Commit { request, now_ms },
-                    Decision::Abort => Event::Abort { request, now_ms },
-                };
-                let (answer, wait) = match self.step(io, event) {
-                    Some((Reply::Ack, wait)) => (Ok(()), wait),
-                    Some((Reply::Reject(r), wait)) => (Err(refusal(&r)), wait),
-                    Some((Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_), wait)) => (
-                        Err(ErrorBody::new(ErrorCode::Internal, "vote to a decision")),
-                        wait,
-                    ),
-                    None => return,
-                };
-                let msg = Msg {
-                    to: Some(Node::Coordinator),
-                    body: Body::DecideAnswer {
-                        rid,
-                        to: from,
-                        answer,
-                    },
-                };
-                self.reply(io, msg, wait);
+            } => self.deliver_item(
+                io,
+                Item::Decide(ReplyTo::Call(rid, from), decision, request),
+            ),
+            body @ (Body::PrepareBatch { .. } | Body::DecideBatch { .. }) => {
+                for item in batch_items(body) {
+                    self.deliver_item(io, item);
+                }
             }
             Body::QueryAnswer { rid, to, answer } if to == self.incarnation => {
                 if let Some(gtid) = self.queries.remove(&rid) {
@@ -345,18 +428,62 @@ impl ParticipantNode {
             | Body::ClientAnswer { .. }
             | Body::PrepareAnswer { .. }
             | Body::DecideAnswer { .. }
+            | Body::BatchAnswer { .. }
             | Body::Query { .. } => {}
         }
     }
 
+    /// One phase message, handled as the lone message whatever carried it: stepped now,
+    /// answered once the records it rests on are durable.
+    pub fn deliver_item(&mut self, io: &mut Io, item: Item) {
+        if !self.is_up() {
+            return;
+        }
+        match item {
+            Item::Prepare(to, request) => {
+                let waiter = self.next_waiter;
+                self.next_waiter += 1;
+                // Registered before the step: a grant in this very step delivers to it.
+                self.waiters.insert(waiter, to.clone());
+                let reply = self.step(
+                    io,
+                    Event::Prepare {
+                        request,
+                        now_ms: io.now_ms,
+                        waiter,
+                    },
+                );
+                match reply {
+                    Some((reply, wait)) => {
+                        self.waiters.remove(&waiter);
+                        self.answer_prepare(io, to, reply, wait);
+                    }
+                    None if self.waiters.contains_key(&waiter) => self.lock_waits += 1,
+                    None => {}
+                }
+            }
+            Item::Decide(to, decision, request) => {
+                let now_ms = io.now_ms;
+                let event = match decision {
+                    Decision::Commit => Event::Commit { request, now_ms },
+                    Decision::Abort => Event::Abort { request, now_ms },
+                };
+                let (answer, wait) = match self.step(io, event) {
+                    Some((Reply::Ack, wait)) => (Ok(()), wait),
+                    Some((Reply::Reject(r), wait)) => (Err(refusal(&r)), wait),
+                    Some((Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_), wait)) => (
+                        Err(ErrorBody::new(ErrorCode::Internal, "vote to a decision")),
+                        wait,
+                    ),
+                    None => return,
+                };
+                self.reply(io, to.ack(answer), wait);
+            }
+        }
+    }
+
     /// Sends a vote (now or deferred) once the forced record at `wait` is durable.
-    fn answer_prepare(
-        &mut self,
-        io: &mut Io,
-        (rid, from): (RequestId, Incarnation),
-        reply: Reply,
-        wait: Option<u64>,
-    ) {
+    fn answer_prepare(&mut self, io: &mut Io, to: ReplyTo, reply: Reply, wait: Option<u64>) {
         let is_yes = matches!(reply, Reply::Vote(Vote::Yes));
         let answer = match reply {
             Reply::Vote(vote) => Ok(vote),
@@ -365,14 +492,7 @@ impl ParticipantNode {
                 Err(ErrorBody::new(ErrorCode::Internal, "ack to a prepare"))
             }
         };
-        let msg = Msg {
-            to: Some(Node::Coordinator),
-            body: Body::PrepareAnswer {
-                rid,
-                to: from,
-                answer,
-            },
-        };
+        let msg = to.vote(answer);
         // The mutation: a yes leaves before its Prepared record is durable.
         let early = is_yes && io.mutation == Mutation::VoteBeforePreparedDurable;
         self.reply(io, msg, if early { None } else { wait });
@@ -408,7 +528,10 @@ impl ParticipantNode {
                     );
                 }
             }
-            Timer::PrepareDeadline(_) | Timer::RetryDue(..) | Timer::ProbeDue(_) => {}
+            Timer::PrepareDeadline(_)
+            | Timer::RetryDue(..)
+            | Timer::ProbeDue(_)
+            | Timer::FlushBatches(_) => {}
         }
     }
 

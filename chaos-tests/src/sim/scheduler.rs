@@ -5,6 +5,7 @@
 use coordinator::engine::Reply as ClientReply;
 
 use super::net::{Body, Ev, NetFaults, Node};
+use super::participant_node::{Item, batch_items};
 use super::world::World;
 use super::{Failure, RunStats};
 
@@ -28,6 +29,8 @@ impl World {
             self.flush();
             self.settle_resolutions()
                 .map_err(|(inv, detail)| self.failure(inv, detail))?;
+            self.check_commits_rest_on_yes()
+                .map_err(|(inv, detail)| self.failure(inv, detail))?;
             self.check()
                 .map_err(|(inv, detail)| self.failure(inv, detail))?;
             if self.healed && self.quiescent() {
@@ -50,6 +53,7 @@ impl World {
         Failure {
             seed: self.seed,
             mutation: self.config.mutation,
+            batching: self.config.batching,
             orders: self.config.orders,
             invariant: invariant.to_string(),
             detail,
@@ -67,15 +71,36 @@ impl World {
             self.faults
         };
         for msg in std::mem::take(&mut self.io.msgs) {
-            self.stats.messages += 1;
-            let times = faults.schedule(&mut self.io.rng, self.io.now_ms);
-            match times.len() {
-                0 => self.stats.dropped += 1,
-                1 => {}
-                _ => self.stats.duplicated += 1,
+            if let Some((batch, items)) = msg.body.batch() {
+                if items > 0 {
+                    self.stats.batches += 1;
+                    self.stats.batch_items += items as u64;
+                    // An adversary that saw the batch on the wire forges an answer line.
+                    if !self.healed && self.io.rng.u32(0..100) < self.forge_lines_pct {
+                        let after = self.io.rng.u64(0..=faults.delay_max_ms);
+                        self.queue
+                            .push(self.io.now_ms + after, Ev::ForgeLine(batch));
+                    }
+                } else if !self.connections.carries(&faults, &mut self.io.rng, batch) {
+                    self.stats.messages += 1;
+                    self.stats.lines_cut += 1;
+                    continue;
+                }
             }
-            for at in times {
-                self.queue.push(at, Ev::Deliver(msg.clone()));
+            let reshaped = faults.reshape(&mut self.io.rng, msg);
+            self.stats.batch_splits += u64::from(reshaped.split);
+            self.stats.batch_reorders += u64::from(reshaped.reordered);
+            for msg in reshaped.msgs {
+                self.stats.messages += 1;
+                let times = faults.schedule(&mut self.io.rng, self.io.now_ms);
+                match times.len() {
+                    0 => self.stats.dropped += 1,
+                    1 => {}
+                    _ => self.stats.duplicated += 1,
+                }
+                for at in times {
+                    self.queue.push(at, Ev::Deliver(msg.clone()));
+                }
             }
         }
         for (at, ev) in std::mem::take(&mut self.io.events) {
@@ -103,6 +128,14 @@ impl World {
                         self.coordinator.deliver(&mut self.io, msg.body);
                     }
                     self.maybe_crash_after(Node::Coordinator);
+                }
+                Some(Node::Participant(i))
+                    if matches!(
+                        msg.body,
+                        Body::PrepareBatch { .. } | Body::DecideBatch { .. }
+                    ) =>
+                {
+                    self.deliver_batch(i, batch_items(msg.body));
                 }
                 Some(Node::Participant(i)) => {
                     self.participants[i].deliver(&mut self.io, msg.body);
@@ -197,6 +230,20 @@ impl World {
                     self.participants[target].deliver(&mut self.io, msg.body);
                 }
             }
+            Ev::ForgeLine(batch) => {
+                if self.coordinator.is_up() {
+                    let items = self.coordinator.batch_items(batch);
+                    if let Some(msg) = super::forger::forge_line(
+                        &mut self.io.rng,
+                        batch,
+                        self.coordinator.incarnation,
+                        &items,
+                    ) {
+                        self.stats.forged_lines += 1;
+                        self.coordinator.deliver(&mut self.io, msg.body);
+                    }
+                }
+            }
             Ev::HostileQuery => {
                 if self.coordinator.is_up() {
                     let coordinator_id =
@@ -226,6 +273,20 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// A batch reaches participant `i`: its items one by one, each as the lone message, with a
+    /// crash point after each (the records of the items before it written, maybe not yet
+    /// durable, their answers waiting on them; the items after it never seen).
+    fn deliver_batch(&mut self, i: usize, items: Vec<Item>) {
+        let node = Node::Participant(i);
+        for item in items {
+            self.participants[i].deliver_item(&mut self.io, item);
+            if !self.healed && self.io.rng.u32(0..100) < self.crash_after_step_pct {
+                self.crash(node);
+                return;
+            }
+        }
     }
 
     fn crash(&mut self, node: Node) {

@@ -97,6 +97,29 @@ pub(super) fn describe(ev: &Ev) -> String {
                     request.gtid, request.epoch
                 ),
                 Body::DecideAnswer { rid, answer, .. } => format!("ack {answer:?} (rid {rid})"),
+                Body::PrepareBatch { batch, items, .. } => format!(
+                    "batch {batch} of prepares [{}]",
+                    items
+                        .iter()
+                        .map(|(i, r)| format!("#{i} {} as {} epoch {}", r.txid, r.gtid, r.epoch))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Body::DecideBatch { batch, items, .. } => format!(
+                    "batch {batch} of decisions [{}]",
+                    items
+                        .iter()
+                        .map(|(i, d, r)| format!("#{i} {d:?} {} epoch {}", r.gtid, r.epoch))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Body::BatchAnswer {
+                    batch,
+                    index,
+                    gtid,
+                    answer,
+                    ..
+                } => format!("line of batch {batch}: #{index} {gtid} {answer:?}"),
                 Body::Query { query, from, .. } => {
                     format!("query {} from {}", query.gtid, from.0)
                 }
@@ -122,6 +145,7 @@ pub(super) fn describe(ev: &Ev) -> String {
         }
         Ev::Heal => "faults stop; every node restarts".into(),
         Ev::Forge(i) => format!("an adversary forges a message to participant {i}"),
+        Ev::ForgeLine(batch) => format!("an adversary forges an answer line of batch {batch}"),
         Ev::HostileQuery => "a hostile peer asks about a made-up run".into(),
         Ev::HostileOperator => "an operator who errs tries a resolve".into(),
         Ev::Operator => "operator looks for attempts in doubt the coordinator cannot decide".into(),

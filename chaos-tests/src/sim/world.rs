@@ -11,11 +11,11 @@ use participant::EngineConfig as PartConfig;
 use participant::kv::KvStore;
 use protocol::{GlobalTxId, Outcome, ParticipantName, TxId};
 
-use super::coordinator_node::{CoordinatorNode, SubmitTx};
+use super::coordinator_node::{BatchTerms, CoordinatorNode, SubmitTx};
 use super::io::Io;
-use super::net::{Ev, NetFaults, Node, Queue};
+use super::net::{Connections, Ev, NetFaults, Node, Queue};
 use super::participant_node::ParticipantNode;
-use super::{RunStats, SimConfig};
+use super::{Batching, RunStats, SimConfig};
 use cluster::checkout::{self, CheckoutConfig, Order};
 
 /// The checkout orders as the clients see them.
@@ -55,6 +55,10 @@ pub struct World {
     pub participants: Vec<ParticipantNode>,
     pub clients: Vec<Client>,
     pub faults: NetFaults,
+    /// The answer streams of batch calls (which broke).
+    pub connections: Connections,
+    /// Percent of batches an adversary on the wire answers a forged line for.
+    pub forge_lines_pct: u32,
     /// Percent of node steps right after which that node crashes (a crash point anywhere).
     pub crash_after_step_pct: u32,
     pub healed: bool,
@@ -94,6 +98,9 @@ impl World {
                 dup_pct: rng.u32(0..=15),
                 delay_max_ms: rng.u64(1..=60),
                 long_delay_pct: rng.u32(0..=5),
+                split_pct: rng.u32(0..=30),
+                reorder_pct: rng.u32(0..=50),
+                cut_pct: rng.u32(0..=20),
             }
         } else {
             NetFaults::NONE
@@ -216,6 +223,30 @@ impl World {
                 busy: true,
             });
         }
+        // Batching: a lane flushes up to 25 ms after its first item (often at once), and in a
+        // quarter of the runs the participants take tiny batches, so the sender splits them.
+        let batched = match config.batching {
+            Batching::PerMessage => false,
+            Batching::Batched => true,
+            Batching::Seeded => io.rng.bool(),
+        };
+        if batched {
+            coordinator.batching = Some(BatchTerms {
+                max_items: if io.rng.u32(0..4) == 0 {
+                    io.rng.usize(1..=3)
+                } else {
+                    protocol::limits::BATCH_ITEMS_MAX
+                },
+                linger_max_ms: io.rng.u64(0..=25),
+                // A participant in eight takes no batches (an older one): one by one.
+                takes_batches: [(); 3].map(|_| io.rng.u32(0..8) != 0),
+            });
+        }
+        let forge_lines_pct = if batched && faulty && io.rng.bool() {
+            io.rng.u32(1..=20)
+        } else {
+            0
+        };
         let heal_at_ms = config.fault_window_ms;
         let keys = ShopKeys {
             stock: (0..shop.skus)
@@ -236,6 +267,8 @@ impl World {
             participants,
             clients,
             faults,
+            connections: Connections::default(),
+            forge_lines_pct,
             crash_after_step_pct,
             healed: !faulty,
             heal_at_ms,
@@ -261,12 +294,20 @@ impl World {
         for i in 0..self.participants.len() {
             self.queue.push(0, Ev::Restart(Node::Participant(i)));
         }
+        // A quarter of the runs: the clients come in a burst, so their prepares meet in the
+        // same batches and queue for each other's locks.
+        let first_sends = if self.io.rng.u32(0..4) == 0 {
+            let start = self.io.rng.u64(1..=window / 2);
+            start..=start + 40
+        } else {
+            1..=window / 2
+        };
         for order in 0..self.clients.len() {
             // A reused id comes later, mostly after the first use of it is over.
             let at = if self.clients[order].shared_id && self.io.rng.bool() {
                 self.io.rng.u64(window / 2..=window)
             } else {
-                self.io.rng.u64(1..=window / 2)
+                self.io.rng.u64(first_sends.clone())
             };
             self.queue.push(at, Ev::ClientSend { order, attempt: 1 });
         }

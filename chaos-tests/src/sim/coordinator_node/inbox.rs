@@ -1,17 +1,18 @@
 //! What reaches the coordinator: client submits (looked up in the outcome index first, with
-//! the promise that a recorded outcome is never begun again), participants' votes and acks
-//! (a refusal that fences this run out stepped as evidence), decision queries answered and
+//! the promise that a recorded outcome is never begun again), participants' votes and acks,
+//! alone or as a batch's answer lines (a refusal that fences this run out stepped as evidence), decision queries answered and
 //! checked, and its timers.
 
 use coordinator::engine::{Command, Event};
 use protocol::{
-    DecisionQueryResponse, DecisionStatus, ErrorCode, ParticipantName, TxId, Vote, VoteKind,
+    DecisionQueryResponse, DecisionStatus, ErrorBody, ErrorCode, ParticipantName, TxId, Vote,
+    VoteKind,
 };
 
 use super::{Call, CoordinatorNode, PROBE_RETRY_MS, SubmitTx};
 use crate::sim::Mutation;
 use crate::sim::io::Io;
-use crate::sim::net::{Body, Incarnation, Msg, Node, Timer};
+use crate::sim::net::{Body, Incarnation, Msg, Node, RequestId, Timer};
 
 impl CoordinatorNode {
     pub fn submit(&mut self, io: &mut Io, order: usize, attempt: u32, tx: &SubmitTx) {
@@ -96,58 +97,18 @@ impl CoordinatorNode {
         }
         match body {
             Body::PrepareAnswer { rid, to, answer } if to == self.incarnation => {
-                if let Some(Call::Prepare(txid, participant, sent)) = self.calls.remove(&rid) {
-                    let (vote, reason) = match answer {
-                        Ok(Vote::Yes) => (VoteKind::Yes, None),
-                        Ok(Vote::No { reason }) => (VoteKind::No, Some(reason)),
-                        Err(refusal) => {
-                            if fences_out(refusal.error) {
-                                self.fenced(io, participant.clone(), "a prepare", sent, &refusal);
-                            }
-                            (VoteKind::Error, Some(refusal.message))
-                        }
-                    };
-                    self.vote(io, txid, participant, vote, reason);
-                }
+                self.prepare_answered(io, rid, answer);
             }
             Body::DecideAnswer { rid, to, answer } if to == self.incarnation => {
-                match self.calls.remove(&rid) {
-                    Some(Call::Deliver(txid, participant, sent)) => {
-                        let event = match answer {
-                            Ok(()) => Event::Acked {
-                                txid,
-                                participant,
-                                now_ms: io.now_ms,
-                            },
-                            Err(refusal) => {
-                                // As the runtime: the failure first, then the evidence (a raise
-                                // restarts the delivery waiting for its timer).
-                                let failed = Event::DeliveryFailed {
-                                    txid,
-                                    participant: participant.clone(),
-                                    error: refusal.message.clone(),
-                                    jitter: io.rng.u64(..),
-                                };
-                                self.step(io, failed);
-                                if fences_out(refusal.error) {
-                                    self.fenced(io, participant, "a decision", sent, &refusal);
-                                }
-                                return;
-                            }
-                        };
-                        self.step(io, event);
-                    }
-                    Some(Call::Probe(index, sent)) => match answer {
-                        Ok(()) => io.note(|| format!("participant {index} acknowledges the probe")),
-                        Err(refusal) if fences_out(refusal.error) => {
-                            let participant = self.participants[index].clone();
-                            self.fenced(io, participant, "the epoch probe", sent, &refusal);
-                        }
-                        Err(_) => self.timer_after(io, PROBE_RETRY_MS, Timer::ProbeDue(index)),
-                    },
-                    Some(Call::Prepare(..)) | None => {}
-                }
+                self.decision_answered(io, rid, answer);
             }
+            Body::BatchAnswer {
+                batch,
+                to,
+                index,
+                gtid,
+                answer,
+            } if to == self.incarnation => self.line_answered(io, batch, index, &gtid, answer),
             Body::Query {
                 rid,
                 from,
@@ -195,11 +156,82 @@ impl CoordinatorNode {
             // Answers for a previous incarnation, and messages that are not for us.
             Body::PrepareAnswer { .. }
             | Body::DecideAnswer { .. }
+            | Body::BatchAnswer { .. }
             | Body::Submit { .. }
             | Body::ClientAnswer { .. }
             | Body::Prepare { .. }
             | Body::Decide { .. }
+            | Body::PrepareBatch { .. }
+            | Body::DecideBatch { .. }
             | Body::QueryAnswer { .. } => {}
+        }
+    }
+
+    /// The answer to the prepare call `rid` (a lone message's, or an item's line).
+    pub(super) fn prepare_answered(
+        &mut self,
+        io: &mut Io,
+        rid: RequestId,
+        answer: Result<Vote, ErrorBody>,
+    ) {
+        if let Some(Call::Prepare(txid, participant, sent)) = self.calls.remove(&rid) {
+            let (vote, reason) = match answer {
+                Ok(Vote::Yes) => (VoteKind::Yes, None),
+                Ok(Vote::No { reason }) => (VoteKind::No, Some(reason)),
+                Err(refusal) => {
+                    if fences_out(refusal.error) {
+                        self.fenced(io, participant.clone(), "a prepare", sent, &refusal);
+                    }
+                    (VoteKind::Error, Some(refusal.message))
+                }
+            };
+            self.vote(io, txid, participant, vote, reason);
+        }
+    }
+
+    /// The answer to the decision call `rid` (a lone message's, an item's line, or the
+    /// epoch probe's).
+    pub(super) fn decision_answered(
+        &mut self,
+        io: &mut Io,
+        rid: RequestId,
+        answer: Result<(), ErrorBody>,
+    ) {
+        match self.calls.remove(&rid) {
+            Some(Call::Deliver(txid, participant, sent)) => {
+                let event = match answer {
+                    Ok(()) => Event::Acked {
+                        txid,
+                        participant,
+                        now_ms: io.now_ms,
+                    },
+                    Err(refusal) => {
+                        // As the runtime: the failure first, then the evidence (a raise
+                        // restarts the delivery waiting for its timer).
+                        let failed = Event::DeliveryFailed {
+                            txid,
+                            participant: participant.clone(),
+                            error: refusal.message.clone(),
+                            jitter: io.rng.u64(..),
+                        };
+                        self.step(io, failed);
+                        if fences_out(refusal.error) {
+                            self.fenced(io, participant, "a decision", sent, &refusal);
+                        }
+                        return;
+                    }
+                };
+                self.step(io, event);
+            }
+            Some(Call::Probe(index, sent)) => match answer {
+                Ok(()) => io.note(|| format!("participant {index} acknowledges the probe")),
+                Err(refusal) if fences_out(refusal.error) => {
+                    let participant = self.participants[index].clone();
+                    self.fenced(io, participant, "the epoch probe", sent, &refusal);
+                }
+                Err(_) => self.timer_after(io, PROBE_RETRY_MS, Timer::ProbeDue(index)),
+            },
+            Some(Call::Prepare(..)) | None => {}
         }
     }
 
@@ -239,6 +271,7 @@ impl CoordinatorNode {
                 self.step(io, Event::RetryDue { txid, participant })
             }
             Timer::ProbeDue(index) => self.probe(io, index),
+            Timer::FlushBatches(index) => self.flush_batches(io, index),
             Timer::RequestTimeout(rid) => match self.calls.remove(&rid) {
                 Some(Call::Probe(index, _)) => self.probe(io, index),
                 Some(Call::Prepare(txid, participant, _)) => {
@@ -253,7 +286,8 @@ impl CoordinatorNode {
                         | Mutation::NoEpochBound
                         | Mutation::BehindFromQuery
                         | Mutation::UncheckedClaim
-                        | Mutation::NoEpochRaise => VoteKind::Timeout,
+                        | Mutation::NoEpochRaise
+                        | Mutation::BatchAnswerByPosition => VoteKind::Timeout,
                     };
                     self.vote(io, txid, participant, vote, None);
                 }

@@ -5,7 +5,7 @@
 
 use coordinator::engine::{Engine, Event};
 use coordinator::records::{EpochRecord, LogRecord};
-use protocol::{CoordinatorId, Epoch};
+use protocol::{CoordinatorId, Decision, Epoch};
 
 use protocol::operator::{AuditAction, AuditEntry};
 
@@ -82,6 +82,10 @@ impl CoordinatorNode {
         self.audit_waits.clear();
         self.epoch_waits.clear();
         self.sync_scheduled = false;
+        // What waited for the batch sender, and the calls in flight, die with the process.
+        self.outbox.clear();
+        self.flush_armed.clear();
+        self.sent_batches.clear();
         // An uncommitted archive batch dies with the process.
         self.archive_batch.clear();
     }
@@ -202,6 +206,9 @@ impl CoordinatorNode {
                 Some(_) => {}
                 None => {
                     self.durable_decisions.insert(gtid.clone(), decision);
+                    if decision == Decision::Commit {
+                        self.commits_to_check.push(gtid.clone());
+                    }
                 }
             }
         }

@@ -24,10 +24,12 @@
 //!
 //! This file holds the node's state and its plumbing to the simulated disk and timers; each
 //! role is a file of its own: `shell` (executing the engine's commands under the runtime's
-//! contract), `inbox` (what reaches the node), `lifecycle` (start, crash, stop, backup and
+//! contract), `batcher` (phase messages carried in batches, and their answer lines paired
+//! back to the items), `inbox` (what reaches the node), `lifecycle` (start, crash, stop, backup and
 //! restore, syncs), `outcomes` (the outcome index and the answers checked against it),
 //! `epochs` (the fence from this run's side) and `operator_actions` (audited resolutions).
 
+mod batcher;
 mod epochs;
 mod inbox;
 mod lifecycle;
@@ -35,7 +37,7 @@ mod operator_actions;
 mod outcomes;
 mod shell;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use coordinator::digest::Digest;
 use coordinator::engine::{Engine, EngineConfig, WaitFor, WaiterId};
@@ -47,6 +49,8 @@ use protocol::operator::AuditEntry;
 use super::disk::Disk;
 use super::io::Io;
 use super::net::{Ev, Incarnation, Node, RequestId, Timer};
+
+pub use batcher::BatchTerms;
 
 /// The simulated coordinator's id (what its first start writes).
 pub const COORDINATOR_ID: &str = "c-sim";
@@ -91,6 +95,8 @@ pub struct CoordinatorNode {
     /// the world, not about the disk): every decision that ever became durable, per attempt,
     /// and any decision that flipped; every attempt ever begun, with its client id and digest.
     pub durable_decisions: BTreeMap<GlobalTxId, Decision>,
+    /// Commit decisions that became durable since the world last checked them.
+    pub commits_to_check: Vec<GlobalTxId>,
     pub attempts: BTreeMap<GlobalTxId, (TxId, Digest)>,
     pub flipped: Option<String>,
     /// Operator resolutions that became durable, for the world to settle against the ground
@@ -119,6 +125,14 @@ pub struct CoordinatorNode {
     pub raises: u64,
     /// `Mutation::BehindFromQuery`: new work stopped on a query's say-so.
     stopped_by_query: bool,
+    /// `Some` in a batching run: phase messages wait in `outbox` for the sender.
+    pub batching: Option<BatchTerms>,
+    outbox: BTreeMap<usize, batcher::Outbox>,
+    /// Lanes whose flush timer is armed.
+    flush_armed: BTreeSet<usize>,
+    sent_batches: BTreeMap<RequestId, batcher::SentBatch>,
+    /// Answer lines refused because they named another attempt than their item's.
+    pub lines_refused: u64,
 }
 
 impl CoordinatorNode {
@@ -140,6 +154,7 @@ impl CoordinatorNode {
             sync_scheduled: false,
             backup: None,
             durable_decisions: BTreeMap::new(),
+            commits_to_check: Vec::new(),
             attempts: BTreeMap::new(),
             flipped: None,
             resolutions: Vec::new(),
@@ -155,6 +170,11 @@ impl CoordinatorNode {
             unknown_run_queries: 0,
             raises: 0,
             stopped_by_query: false,
+            batching: None,
+            outbox: BTreeMap::new(),
+            flush_armed: BTreeSet::new(),
+            sent_batches: BTreeMap::new(),
+            lines_refused: 0,
         }
     }
 

@@ -1,6 +1,6 @@
 //! The runtime's contract around the engine's commands: appends in command order, a decision
-//! acted on only once its forced append is durable (the mutation acts at once), sends and
-//! timers for each call, and what completes at once fed straight back to the engine.
+//! acted on only once its forced append is durable (the mutation acts at once), sends (through
+//! the batcher in a batching run) and timers for each call, and what completes at once fed straight back to the engine.
 
 use coordinator::engine::{Command, Event};
 use coordinator::records::LogRecord;
@@ -9,7 +9,7 @@ use protocol::{DecisionRequest, PrepareRequest, TxId};
 use super::{Call, CoordinatorNode};
 use crate::sim::Mutation;
 use crate::sim::io::Io;
-use crate::sim::net::{Body, Msg, Node, Timer};
+use crate::sim::net::{Body, Msg, Timer};
 
 impl CoordinatorNode {
     /// Steps the engine and executes its commands in order, feeding back what completes at
@@ -79,7 +79,8 @@ impl CoordinatorNode {
                     | Mutation::NoEpochBound
                     | Mutation::BehindFromQuery
                     | Mutation::UncheckedClaim
-                    | Mutation::NoEpochRaise => {
+                    | Mutation::NoEpochRaise
+                    | Mutation::BatchAnswerByPosition => {
                         self.decision_waits.push((seq, txid));
                         self.schedule_sync(io);
                     }
@@ -100,26 +101,20 @@ impl CoordinatorNode {
                     rid,
                     Call::Prepare(txid.clone(), participant, identity.epoch),
                 );
-                io.send(Msg {
-                    to: Some(Node::Participant(index)),
-                    body: Body::Prepare {
-                        rid,
-                        from: self.incarnation,
-                        request: PrepareRequest {
-                            txid,
-                            gtid: attempt.gtid,
-                            coordinator_id: identity.coordinator_id,
-                            epoch: identity.epoch,
-                            incarnation: identity.incarnation,
-                            position: attempt.position,
-                            payload,
-                            started_at_ms: Some(started_at_ms),
-                            // As the real runtime does: the no arrives before the deadline.
-                            lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
-                            participants: Some(named),
-                        },
-                    },
-                });
+                let request = PrepareRequest {
+                    txid,
+                    gtid: attempt.gtid,
+                    coordinator_id: identity.coordinator_id,
+                    epoch: identity.epoch,
+                    incarnation: identity.incarnation,
+                    position: attempt.position,
+                    payload,
+                    started_at_ms: Some(started_at_ms),
+                    // As the real runtime does: the no arrives before the deadline.
+                    lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
+                    participants: Some(named),
+                };
+                self.send_prepare(io, index, rid, request);
                 self.timer_after(io, timeout_ms, Timer::RequestTimeout(rid));
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
@@ -140,21 +135,14 @@ impl CoordinatorNode {
                     rid,
                     Call::Deliver(txid.clone(), participant, identity.epoch),
                 );
-                io.send(Msg {
-                    to: Some(Node::Participant(index)),
-                    body: Body::Decide {
-                        rid,
-                        from: self.incarnation,
-                        decision,
-                        request: DecisionRequest {
-                            txid,
-                            gtid,
-                            coordinator_id: identity.coordinator_id,
-                            epoch: identity.epoch,
-                            incarnation: identity.incarnation,
-                        },
-                    },
-                });
+                let request = DecisionRequest {
+                    txid,
+                    gtid,
+                    coordinator_id: identity.coordinator_id,
+                    epoch: identity.epoch,
+                    incarnation: identity.incarnation,
+                };
+                self.send_decision(io, index, rid, decision, request);
                 self.timer_after(io, self.delivery_timeout_ms, Timer::RequestTimeout(rid));
             }
             Command::ArmRetry {
