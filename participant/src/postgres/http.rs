@@ -90,6 +90,16 @@ fn render(m: &PgMetrics, in_doubt: Option<InDoubt>) -> String {
         "In-doubt transactions resolved from the coordinator's answer",
         &m.resolved_by_query,
     );
+    out.counter_of(
+        "twopc_pg_phase_two_round_trips_total",
+        "Round trips that carried COMMIT PREPARED / ROLLBACK PREPARED statements",
+        &m.phase_two_round_trips,
+    );
+    out.counter_of(
+        "twopc_pg_phase_two_statements_total",
+        "COMMIT PREPARED / ROLLBACK PREPARED statements sent (per round trip: the batch size)",
+        &m.phase_two_statements,
+    );
     let read = in_doubt.unwrap_or(InDoubt {
         prepared: 0,
         oldest_age_ms: 0,
@@ -178,8 +188,8 @@ mod tests {
     use super::*;
 
     /// The series the PostgreSQL participant exported when it wrote its text by hand, in
-    /// order, values removed: a rename fails here.
-    const SERIES: [&str; 17] = [
+    /// order, values removed, plus the phase-two batch counters since: a rename fails here.
+    const SERIES: [&str; 21] = [
         "# TYPE twopc_pg_votes_total counter",
         "twopc_pg_votes_total{vote=\"yes\"}",
         "twopc_pg_votes_total{vote=\"no\"}",
@@ -191,6 +201,10 @@ mod tests {
         "twopc_pg_decision_queries_total",
         "# TYPE twopc_pg_resolved_by_query_total counter",
         "twopc_pg_resolved_by_query_total",
+        "# TYPE twopc_pg_phase_two_round_trips_total counter",
+        "twopc_pg_phase_two_round_trips_total",
+        "# TYPE twopc_pg_phase_two_statements_total counter",
+        "twopc_pg_phase_two_statements_total",
         "# TYPE twopc_pg_prepared gauge",
         "twopc_pg_prepared",
         "# TYPE twopc_pg_prepared_oldest_age_seconds gauge",

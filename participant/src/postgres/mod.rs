@@ -16,6 +16,8 @@ pub mod error;
 pub mod gid;
 mod http;
 pub mod in_doubt;
+mod phase_two;
+mod pipeline;
 pub mod policy;
 mod pool;
 mod schema;
