@@ -331,6 +331,26 @@ fn participant_after_prepared_durable() {
 }
 
 #[test]
+fn participant_after_batch_item_durable() {
+    // The coordinator batches by default: the target's prepare reaches inventory as a batch of
+    // one, whose item's prepared record is durable when inventory dies, its line unsent.
+    let mut s = Scenario::start("participant::after_batch_item_durable");
+    let order = s.target("p-after-batch-item");
+    s.arm(INVENTORY);
+    let heard = s.send_once(&order);
+    s.wait_crash(INVENTORY);
+    s.check(
+        heard.outcome == ClientOutcome::Aborted,
+        format!("inventory's line never came, so no yes was counted; client heard {heard:?}"),
+    );
+    s.chaos.restart(INVENTORY, Vec::new());
+    // In doubt after the restart (the record is durable), then ended by the coordinator's
+    // abort or by asking: aborted and released either way, the stock untouched.
+    s.assert_aborted_and_released(&order);
+    s.finish();
+}
+
+#[test]
 fn participant_after_commit_logged() {
     let mut s = Scenario::start("participant::after_commit_logged");
     let order = s.target("p-after-commit");

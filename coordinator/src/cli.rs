@@ -76,6 +76,11 @@ pub struct Args {
     /// Never fsync the log. Decisions are then no promise: for benchmark baselines only.
     #[arg(long)]
     pub unsafe_no_fsync: bool,
+    /// Send every prepare and decision as a message of its own, even to participants that offer
+    /// batched phase messages (`GET /2pc/capabilities`; docs/participants.md). For comparison
+    /// and for debugging; batching changes no outcome.
+    #[arg(long)]
+    pub no_phase_batching: bool,
     /// Clients' tokens, one `name token` per line: transactions, sagas and leases.
     #[arg(long, value_name = "FILE")]
     pub client_token_file: Option<PathBuf>,
@@ -220,6 +225,7 @@ fn ha_settings(
 
 fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
     let unsafe_no_fsync = args.unsafe_no_fsync;
+    let no_phase_batching = args.no_phase_batching;
     let base = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -271,6 +277,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         tracing::warn!("--unsafe-no-fsync: the log is never fsynced; decisions are no promise");
         config.fsync = false;
     }
+    config.phase_batching = !no_phase_batching;
     Ok(config)
 }
 

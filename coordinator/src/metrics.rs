@@ -3,7 +3,7 @@
 //! "The metrics text"). docs/alerts.yml and dashboards query these names: a rename breaks them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use protocol::saga::SagaState;
 
@@ -44,6 +44,9 @@ pub struct Metrics {
     pub overloaded: AtomicU64,
     /// Aborts sent once, untracked, to participants that did not vote yes.
     pub untracked_aborts: AtomicU64,
+    /// Batched phase messages sent, and the prepares and decisions they carried.
+    pub batches: AtomicU64,
+    pub batched_items: AtomicU64,
     /// Outcomes written to the outcome index.
     pub archived: AtomicU64,
     /// Outcome index write transactions that failed (their outcomes stayed staged).
@@ -100,6 +103,13 @@ pub struct SagaNumbers {
 }
 
 impl Metrics {
+    /// One batched phase message of `items` items sent (`runtime::batches`).
+    pub fn count_batch(&self, items: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched_items
+            .fetch_add(u64::try_from(items).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     /// The `/metrics` text: this coordinator's counters and histograms, what `sampled` read,
     /// every configured participant's load (zero included, so a dashboard sees the series
     /// before the first outage), and the saga table's numbers (none before recovery ends).
@@ -226,6 +236,16 @@ impl Metrics {
                 "twopc_coordinator_untracked_aborts_total",
                 "Aborts sent once, unacknowledged, to participants that did not vote yes",
                 &self.untracked_aborts,
+            ),
+            (
+                "twopc_coordinator_phase_batches_total",
+                "Batched phase messages sent (each carries many attempts' prepares or decisions)",
+                &self.batches,
+            ),
+            (
+                "twopc_coordinator_phase_batched_items_total",
+                "Prepares and decisions sent inside batched phase messages",
+                &self.batched_items,
             ),
         ] {
             out.counter_of(name, help, value);

@@ -20,6 +20,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", routes::PREPARE),
     ("post", routes::COMMIT),
     ("post", routes::ABORT),
+    ("get", routes::CAPABILITIES),
+    ("post", routes::BATCH_PREPARE),
+    ("post", routes::BATCH_DECIDE),
     ("get", routes::PREPARED),
     ("get", routes::ATTEMPT),
     ("get", routes::FENCE),
@@ -39,6 +42,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 pub fn access(path: &str) -> Option<Access> {
     Some(match path {
         routes::PREPARE | routes::COMMIT | routes::ABORT => Access::Peer,
+        routes::CAPABILITIES | routes::BATCH_PREPARE | routes::BATCH_DECIDE => Access::Peer,
         routes::SAGA_ACTION | routes::SAGA_COMPENSATE | routes::SAGA_OP => Access::Peer,
         routes::PREPARED | routes::ATTEMPT | routes::FENCE => Access::PeerOrOperator,
         routes::FENCE_RESET => Access::Operator,

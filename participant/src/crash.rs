@@ -7,6 +7,9 @@ pub const BEFORE_PREPARED_DURABLE: &str = "participant::before_prepared_durable"
 pub const AFTER_PREPARED_DURABLE: &str = "participant::after_prepared_durable";
 /// Commit: the commit record is durable, the ack not yet sent.
 pub const AFTER_COMMIT_LOGGED: &str = "participant::after_commit_logged";
+/// Batch: one item's record (prepared, committed or aborted) is durable, its answer line not
+/// yet sent; the batch's other items may be durable too, none of their lines sent.
+pub const AFTER_BATCH_ITEM_DURABLE: &str = "participant::after_batch_item_durable";
 /// Fenced write: its record (token, value, answer) is durable, the answer not yet sent.
 pub const AFTER_FENCED_WRITE_LOGGED: &str = "participant::after_fenced_write_logged";
 /// Fence reset: the operator's reset is durable, the answer not yet sent.

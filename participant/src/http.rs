@@ -1,5 +1,5 @@
 //! The participant's HTTP surface: the protocol routes (`/2pc/prepare`, `/2pc/commit`,
-//! `/2pc/abort`), the saga ops, `/v1/prepared`, `/v1/attempts`, the fence routes, `/healthz`,
+//! `/2pc/abort`, and batched: `crate::batch_http`), the saga ops, `/v1/prepared`, `/v1/attempts`, the fence routes, `/healthz`,
 //! `/readyz` and `/metrics`, behind the guard of `crate::auth`. The error body every failure
 //! uses is `crate::api_error`'s (re-exported here).
 
@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use protocol::kv::PreparedList;
-use protocol::limits::BODY_BYTES_MAX;
+use protocol::limits::{BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX};
 use protocol::operator::AttemptStatus;
 use protocol::saga::{OpKind, OpQuery, OpStatusResponse, SagaOpAnswer, SagaOpRequest};
 use protocol::{AckResponse, DecisionRequest, ErrorCode, GlobalTxId, PrepareRequest, Vote, routes};
@@ -31,6 +31,17 @@ impl<R: Resource> Participant<R> {
             .route(routes::PREPARE, post(prepare::<R>))
             .route(routes::COMMIT, post(commit::<R>))
             .route(routes::ABORT, post(abort::<R>))
+            .route(routes::CAPABILITIES, get(crate::batch_http::capabilities))
+            .route(
+                routes::BATCH_PREPARE,
+                post(crate::batch_http::batch_prepare::<R>)
+                    .layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX)),
+            )
+            .route(
+                routes::BATCH_DECIDE,
+                post(crate::batch_http::batch_decide::<R>)
+                    .layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX)),
+            )
             .route(routes::PREPARED, get(prepared::<R>))
             .route(routes::ATTEMPT, get(attempt::<R>))
             .route(routes::SAGA_ACTION, post(saga_action::<R>))

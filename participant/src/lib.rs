@@ -32,6 +32,7 @@
 
 mod api_error;
 pub mod auth;
+pub mod batch_http;
 pub mod cli;
 pub mod config;
 pub mod crash;

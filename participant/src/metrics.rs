@@ -22,6 +22,8 @@ pub(crate) struct Metrics {
     lock_timeouts: AtomicU64,
     lock_conflicts: AtomicU64,
     lock_wait_seconds: Histogram,
+    batches: AtomicU64,
+    batched_items: AtomicU64,
 }
 
 fn inc(counter: &AtomicU64) {
@@ -86,6 +88,12 @@ impl Metrics {
     pub fn count_lock_conflict(&self) {
         inc(&self.lock_conflicts);
     }
+    /// One batched phase message of `items` items (`crate::batch_http`).
+    pub fn count_batch(&self, items: usize) {
+        inc(&self.batches);
+        self.batched_items
+            .fetch_add(u64::try_from(items).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
     /// How long a queued prepare waited, whatever its answer.
     pub fn observe_lock_wait(&self, waited: Duration) {
         self.lock_wait_seconds.observe(waited);
@@ -125,6 +133,17 @@ impl Metrics {
                 "twopc_participant_decision_query_failures_total",
                 "Decision queries that got no usable answer",
                 &self.decision_query_failures,
+            ),
+            (
+                "twopc_participant_batches_total",
+                "Batched phase messages received (each carries many attempts' prepares or \
+                 decisions)",
+                &self.batches,
+            ),
+            (
+                "twopc_participant_batched_items_total",
+                "Prepares and decisions received inside batched phase messages",
+                &self.batched_items,
             ),
             (
                 "twopc_participant_checkpoints_total",

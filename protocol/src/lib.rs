@@ -9,7 +9,8 @@
 //! 1. `limits`, `error` (the error body and codes), `kv`, `auth` (tokens, their files, who may
 //!    call what).
 //! 2. `ids`.
-//! 3. `messages` (prepare, decision, vote), `lease`, `fence_proof`, `cross_site`.
+//! 3. `messages` (prepare, decision, vote), then `batch` (many of them in one request),
+//!    `lease`, `fence_proof`, `cross_site`.
 //! 4. `transaction` (the client's request and answers), then `digest` (the idempotency digest
 //!    of a request).
 //! 5. `saga` (the saga wire types, including a saga's hand resolution).
@@ -17,6 +18,7 @@
 //!    view).
 
 pub mod auth;
+pub mod batch;
 pub mod cross_site;
 pub mod digest;
 pub mod error;

@@ -5,6 +5,12 @@
 /// is 413 `body_too_large` before any parsing.
 pub const BODY_BYTES_MAX: usize = 1024 * 1024;
 
+/// Most items in one batched phase message (`crate::batch`): bounds the work and the answer
+/// one request can hold, and how long its last line may wait behind the others.
+pub const BATCH_ITEMS_MAX: usize = 256;
+/// Largest body of a batched phase message. A sender splits a batch before it grows past this;
+/// a receiver refuses a larger body (413 `body_too_large`) before parsing it.
+pub const BATCH_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Largest serialized payload for one participant. Payloads are logged by the participant
 /// (and digested by the coordinator), so they must fit comfortably in one WAL record.
 pub const PAYLOAD_BYTES_MAX: usize = 64 * 1024;

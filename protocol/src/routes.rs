@@ -67,6 +67,11 @@ pub const LEASE_RENEW: &str = "/v1/leases/{name}/renew";
 pub const PREPARE: &str = "/2pc/prepare";
 pub const COMMIT: &str = "/2pc/commit";
 pub const ABORT: &str = "/2pc/abort";
+/// Participant: what it offers beyond the per-message protocol, and the batched phase messages
+/// (`crate::batch`).
+pub const CAPABILITIES: &str = "/2pc/capabilities";
+pub const BATCH_PREPARE: &str = "/2pc/batch/prepare";
+pub const BATCH_DECIDE: &str = "/2pc/batch/decide";
 
 /// Reference participant: committed value of one key. Axum path syntax.
 pub const KV_KEY: &str = "/v1/kv/{key}";

@@ -48,6 +48,10 @@ pub struct Args {
     /// Skip the HTTP floor (the same exchanges through processes that do nothing else).
     #[arg(long)]
     pub no_floor: bool,
+    /// Start the measured coordinator with `--no-phase-batching`: every prepare and decision
+    /// a message of its own, as before batched phase messages (for before/after figures).
+    #[arg(long)]
+    pub per_message: bool,
     /// Also measure hot-key cells: every transaction writes the same single key at each
     /// participant (lock contention), for each participant count and concurrency; printed
     /// after the normal table with committed tx/s, abort rate and p99.
@@ -166,20 +170,29 @@ impl Target {
     }
 }
 
-fn start_own(durable: bool, max_participants: usize, dir: &std::path::Path) -> Result<Target> {
+fn start_own(
+    durable: bool,
+    per_message: bool,
+    max_participants: usize,
+    dir: &std::path::Path,
+) -> Result<Target> {
     let names: Vec<String> = (0..max_participants).map(|i| format!("p{i}")).collect();
     let off = if durable {
         Vec::new()
     } else {
         vec!["--unsafe-no-fsync".to_string()]
     };
+    let mut coordinator_flags = off.clone();
+    if per_message {
+        coordinator_flags.push("--no-phase-batching".to_string());
+    }
     let spec = ClusterSpec {
         binary: std::env::current_exe().context("cannot find the twopc binary")?,
         data_dir: dir.join(if durable { "durable" } else { "baseline" }),
         participants: names.clone(),
         postgres_args: Vec::new(),
         seeds: Vec::new(),
-        coordinator_flags: off.clone(),
+        coordinator_flags,
         participant_flags: off,
         env: Vec::new(),
     };
@@ -272,13 +285,17 @@ async fn run(args: Args) -> Result<()> {
                 cluster: None,
             }
         }
-        None => tokio::task::block_in_place(|| start_own(true, max_participants, &scratch))
-            .context("starting the durable cluster")?,
+        None => tokio::task::block_in_place(|| {
+            start_own(true, args.per_message, max_participants, &scratch)
+        })
+        .context("starting the durable cluster")?,
     };
     let baseline = if own && !args.no_baseline {
         Some(
-            tokio::task::block_in_place(|| start_own(false, max_participants, &scratch))
-                .context("starting the durability-off baseline cluster")?,
+            tokio::task::block_in_place(|| {
+                start_own(false, args.per_message, max_participants, &scratch)
+            })
+            .context("starting the durability-off baseline cluster")?,
         )
     } else {
         None

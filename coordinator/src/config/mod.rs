@@ -96,6 +96,9 @@ pub struct Config {
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
+    /// Batch prepares and decisions to participants that offer it (`runtime::batches`);
+    /// `--no-phase-batching` sends each as a message of its own.
+    pub phase_batching: bool,
     /// Unknown-attempt decision queries answered per second per caller address, and at once
     /// (`query_limit`); beyond them 429 `rate_limited`.
     pub decision_query_rate: u64,
@@ -250,6 +253,7 @@ impl Config {
             overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
             retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
             fsync: true,
+            phase_batching: true,
             decision_query_rate: defaults::DECISION_QUERY_RATE,
             decision_query_burst: defaults::DECISION_QUERY_BURST,
             token_files: TokenFiles::default(),

@@ -176,6 +176,7 @@ impl FileConfig {
                 .retained_disk_max_bytes
                 .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
             fsync: true,
+            phase_batching: true,
             decision_query_rate: self
                 .decision_query_rate
                 .unwrap_or(defaults::DECISION_QUERY_RATE),

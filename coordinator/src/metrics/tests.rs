@@ -41,7 +41,7 @@ fn inventory() -> Vec<ParticipantLoad> {
 
 /// The series a coordinator with one participant, `inventory`, exported before the text was
 /// written by `prometheus-client` (a live scrape of that version, values removed).
-const SERIES: [&str; 120] = [
+const SERIES: [&str; 124] = [
     "# TYPE twopc_coordinator_archive_failures_total counter",
     "# TYPE twopc_coordinator_archived_total counter",
     "# TYPE twopc_coordinator_decision_fsync_seconds histogram",
@@ -60,6 +60,8 @@ const SERIES: [&str; 120] = [
     "# TYPE twopc_coordinator_participant_live gauge",
     "# TYPE twopc_coordinator_participant_pending_acks gauge",
     "# TYPE twopc_coordinator_pending_acks gauge",
+    "# TYPE twopc_coordinator_phase_batched_items_total counter",
+    "# TYPE twopc_coordinator_phase_batches_total counter",
     "# TYPE twopc_coordinator_phase_two_retries_total counter",
     "# TYPE twopc_coordinator_prepare_latency_seconds histogram",
     "# TYPE twopc_coordinator_presumed_aborts_total counter",
@@ -117,6 +119,8 @@ const SERIES: [&str; 120] = [
     "twopc_coordinator_participant_live{participant=\"inventory\"}",
     "twopc_coordinator_participant_pending_acks{participant=\"inventory\"}",
     "twopc_coordinator_pending_acks",
+    "twopc_coordinator_phase_batched_items_total",
+    "twopc_coordinator_phase_batches_total",
     "twopc_coordinator_phase_two_retries_total",
     "twopc_coordinator_prepare_latency_seconds_bucket{le=\"+Inf\"}",
     "twopc_coordinator_prepare_latency_seconds_bucket{le=\"0.0005\"}",
@@ -190,7 +194,7 @@ fn every_family_has_help_and_a_type() {
         Metrics::default().render(Sampled::default(), &inventory(), Some(&every_saga_state()));
     let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
     let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
-    assert_eq!(types, 40, "{text}");
+    assert_eq!(types, 42, "{text}");
     assert_eq!(helps, types, "{text}");
     // The crate ends every help with a full stop; none is given one twice.
     assert!(!text.contains("..\n"), "{text}");

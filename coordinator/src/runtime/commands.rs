@@ -11,7 +11,7 @@ use tracing::{error, warn};
 use protocol::Decision;
 use wal::{Durability, RecordType};
 
-use super::sends::PrepareJob;
+use super::sends::{DecisionJob, PrepareJob};
 use super::{Core, now_ms};
 use crate::engine::{Command, Engine, Event};
 use crate::records::LogRecord;
@@ -160,7 +160,7 @@ impl Core {
                 started_at_ms,
                 named,
             } => {
-                tokio::spawn(Arc::clone(self).prepare(PrepareJob {
+                self.send_prepare(PrepareJob {
                     txid,
                     attempt,
                     participant,
@@ -168,7 +168,7 @@ impl Core {
                     timeout_ms,
                     started_at_ms,
                     named,
-                }));
+                });
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
                 let core = Arc::clone(self);
@@ -189,14 +189,14 @@ impl Core {
                 tracked: true,
             } => {
                 let from_recovery = self.recovering.load(Ordering::Relaxed);
-                tokio::spawn(Arc::clone(self).deliver(
+                self.send_decision(DecisionJob {
                     txid,
                     gtid,
                     participant,
                     decision,
                     attempt,
                     from_recovery,
-                ));
+                });
             }
             Command::SendDecision {
                 txid,

@@ -9,11 +9,13 @@
 //! The map: this module holds `Core` (the engine, the log, the participants) and its small
 //! accessors; `transactions` (a client's submit, status and listing), `decision_query` (what a
 //! participant in doubt is told), `commands` (executing what the engine returns) and `sends`
-//! (prepares and phase-two messages) carry the two-phase commit; `start` (recovery),
+//! (prepares and phase-two messages) and `batches` (many in one request) carry the two-phase
+//! commit; `start` (recovery),
 //! `housekeeping`, `fencing`, `operator` and `saga_operator` (audited actions), `sagas`,
 //! `leases` and `cluster` stand beside them, all on `participants` (the HTTP calls).
 
 mod archiver;
+mod batches;
 mod cluster;
 mod commands;
 mod decision_query;
@@ -30,6 +32,8 @@ mod transactions;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_batches;
 #[cfg(test)]
 mod tests_start;
 
@@ -96,6 +100,8 @@ pub struct Core {
     leases: crate::leases::Leases,
     /// In a coordinator group (`ha`): the leader's replication, for the outcome index.
     pub(crate) group: Option<crate::ha::mirror::GroupMirror>,
+    /// Each participant's queue of phase messages waiting to go in one batch (`batches`).
+    lanes: batches::Lanes,
 }
 
 /// A new transaction, checked by the API.

@@ -95,22 +95,24 @@ pub async fn prepare(
     request: &PrepareRequest,
     timeout: Duration,
 ) -> PrepareOutcome {
-    let answer = prepare_call(endpoint, request, timeout).await;
-    match answer {
-        Ok(answer) => {
-            let fenced = fenced(answer.status, &answer.body);
-            let (vote, reason) = vote_of(&answer);
-            PrepareOutcome {
-                vote,
-                reason,
-                fenced,
-            }
-        }
+    match prepare_call(endpoint, request, timeout).await {
+        Ok(answer) => prepare_outcome(&answer),
         Err((vote, reason)) => PrepareOutcome {
             vote,
             reason,
             fenced: None,
         },
+    }
+}
+
+/// A prepare's answer (alone, or one line of a batch) as a vote.
+pub fn prepare_outcome(answer: &Answer) -> PrepareOutcome {
+    let fenced = fenced(answer.status, &answer.body);
+    let (vote, reason) = vote_of(answer);
+    PrepareOutcome {
+        vote,
+        reason,
+        fenced,
     }
 }
 
@@ -163,10 +165,16 @@ pub async fn deliver(
     };
     let json = serde_json::to_vec(request)
         .map_err(|e| DeliveryError::Transport(format!("cannot encode the decision: {e}")))?;
-    let Answer { status, body } = endpoint
+    let answer = endpoint
         .post_json(route, json, timeout)
         .await
         .map_err(|e| DeliveryError::Transport(e.to_string()))?;
+    delivery_result(answer)
+}
+
+/// A decision's answer (alone, or one line of a batch): `Ok` only for a 200 `{"ack":true}`.
+pub fn delivery_result(answer: Answer) -> Result<(), DeliveryError> {
+    let Answer { status, body } = answer;
     let text = || truncate(String::from_utf8_lossy(&body).into_owned(), REASON_LEN_MAX);
     if status == 200 {
         return match serde_json::from_slice::<AckResponse>(&body) {

@@ -1,6 +1,7 @@
-//! Sending what the engine decided to send: each prepare and each phase-two message in its
-//! own task, its result fed back as an event (a vote, an acknowledgement, a failed delivery),
-//! and a fencing refusal reported to `fencing`.
+//! Sending what the engine decided to send, one message at a time: a prepare or a phase-two
+//! message in its own task, its result fed back as an event (a vote, an acknowledgement, a
+//! failed delivery), and a fencing refusal reported to `fencing`. `batches` sends many of them
+//! in one request and feeds each answer back through the same `voted` and `delivered`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,10 +10,10 @@ use std::time::{Duration, Instant};
 use tracing::{error, warn};
 
 use protocol::{
-    Decision, DecisionRequest, GlobalTxId, ParticipantName, PrepareRequest, TxId, VoteKind,
+    Decision, DecisionRequest, Epoch, GlobalTxId, ParticipantName, PrepareRequest, TxId, VoteKind,
 };
 
-use super::participants::{self, DeliveryError};
+use super::participants::{self, DeliveryError, PrepareOutcome};
 use super::{Core, now_ms};
 use crate::engine::Event;
 use crate::records::Attempt;
@@ -29,47 +30,72 @@ pub(super) struct PrepareJob {
     pub(super) named: Vec<ParticipantName>,
 }
 
+impl PrepareJob {
+    /// What the participant is sent for this job, at the epoch `epoch`.
+    pub(super) fn request(&self, core: &Core) -> PrepareRequest {
+        PrepareRequest {
+            txid: self.txid.clone(),
+            gtid: self.attempt.gtid.clone(),
+            coordinator_id: core.identity.coordinator_id.clone(),
+            epoch: core.epoch(),
+            incarnation: core.identity.incarnation,
+            position: self.attempt.position,
+            payload: self.payload.clone(),
+            started_at_ms: Some(self.started_at_ms),
+            // A quarter of the deadline is left for the no vote to travel back before the
+            // coordinator stops waiting (and records a timeout instead).
+            lock_wait_ms: Some(self.timeout_ms.saturating_mul(3) / 4),
+            participants: Some(self.named.clone()),
+        }
+    }
+}
+
+/// One tracked phase-two message to send (`Command::SendDecision`).
+#[derive(Debug)]
+pub(super) struct DecisionJob {
+    pub(super) txid: TxId,
+    pub(super) gtid: GlobalTxId,
+    pub(super) participant: ParticipantName,
+    pub(super) decision: Decision,
+    pub(super) attempt: u32,
+    pub(super) from_recovery: bool,
+}
+
 impl Core {
+    /// A prepare as a message of its own.
     pub(super) async fn prepare(self: Arc<Self>, job: PrepareJob) {
-        let PrepareJob {
-            txid,
-            attempt,
-            participant,
-            payload,
-            timeout_ms,
-            started_at_ms,
-            named,
-        } = job;
         let started = Instant::now();
-        let (vote, reason) = match self.participants.get(&participant) {
+        let request = job.request(&self);
+        let outcome = match self.participants.get(&job.participant) {
             Some(endpoint) => {
-                let request = PrepareRequest {
-                    txid: txid.clone(),
-                    gtid: attempt.gtid,
-                    coordinator_id: self.identity.coordinator_id.clone(),
-                    epoch: self.epoch(),
-                    incarnation: self.identity.incarnation,
-                    position: attempt.position,
-                    payload,
-                    started_at_ms: Some(started_at_ms),
-                    // A quarter of the deadline is left for the no vote to travel back before
-                    // the coordinator stops waiting (and records a timeout instead).
-                    lock_wait_ms: Some(timeout_ms.saturating_mul(3) / 4),
-                    participants: Some(named),
-                };
-                let outcome =
-                    participants::prepare(endpoint, &request, Duration::from_millis(timeout_ms))
-                        .await;
-                if let Some(refusal) = outcome.fenced {
-                    self.fenced(&participant, "a prepare", request.epoch, refusal);
-                }
-                (outcome.vote, outcome.reason)
+                participants::prepare(endpoint, &request, Duration::from_millis(job.timeout_ms))
+                    .await
             }
-            None => (
-                VoteKind::Error,
-                Some(format!("{participant} is not configured")),
-            ),
+            None => PrepareOutcome {
+                vote: VoteKind::Error,
+                reason: Some(format!("{} is not configured", job.participant)),
+                fenced: None,
+            },
         };
+        self.voted(job, request.epoch, outcome, started);
+    }
+
+    /// A prepare's answer, alone or in a batch: a fencing refusal is reported, and the vote
+    /// goes to the engine.
+    pub(super) fn voted(
+        self: &Arc<Self>,
+        job: PrepareJob,
+        sent_epoch: Epoch,
+        outcome: PrepareOutcome,
+        started: Instant,
+    ) {
+        let PrepareJob {
+            txid, participant, ..
+        } = job;
+        if let Some(refusal) = outcome.fenced {
+            self.fenced(&participant, "a prepare", sent_epoch, refusal);
+        }
+        let (vote, reason) = (outcome.vote, outcome.reason);
         self.metrics.prepare_latency.observe(started.elapsed());
         match vote {
             VoteKind::Yes => tracing::debug!(%txid, %participant, "voted yes"),
@@ -121,37 +147,50 @@ impl Core {
         }
     }
 
-    pub(super) async fn deliver(
-        self: Arc<Self>,
-        txid: TxId,
-        gtid: GlobalTxId,
-        participant: ParticipantName,
-        decision: Decision,
-        attempt: u32,
-        from_recovery: bool,
-    ) {
-        if attempt > 1 {
-            self.metrics
-                .phase_two_retries
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let request = self.decision_request(&txid, gtid);
+    /// A phase-two message of its own.
+    pub(super) async fn deliver(self: Arc<Self>, job: DecisionJob) {
+        let request = self.decision_request(&job.txid, job.gtid.clone());
         let sent_epoch = request.epoch;
-        let result = match self.participants.get(&participant) {
+        let result = match self.participants.get(&job.participant) {
             Some(endpoint) => {
                 participants::deliver(
                     endpoint,
-                    decision,
+                    job.decision,
                     &request,
                     Duration::from_millis(self.config.delivery_timeout_ms),
                 )
                 .await
             }
             None => Err(DeliveryError::Transport(format!(
-                "{participant} is not in this coordinator's configuration any more; \
-                 add it back to deliver the decision"
+                "{} is not in this coordinator's configuration any more; \
+                 add it back to deliver the decision",
+                job.participant
             ))),
         };
+        self.delivered(job, sent_epoch, result);
+    }
+
+    /// A phase-two answer, alone or in a batch: an ack goes to the engine; a failure arms
+    /// the retry, and a fencing refusal is reported.
+    pub(super) fn delivered(
+        self: &Arc<Self>,
+        job: DecisionJob,
+        sent_epoch: Epoch,
+        result: Result<(), DeliveryError>,
+    ) {
+        let DecisionJob {
+            txid,
+            participant,
+            decision,
+            attempt,
+            from_recovery,
+            ..
+        } = job;
+        if attempt > 1 {
+            self.metrics
+                .phase_two_retries
+                .fetch_add(1, Ordering::Relaxed);
+        }
         match result {
             Ok(()) => {
                 crash_point!("coordinator::after_some_phase_two");

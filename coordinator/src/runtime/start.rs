@@ -252,6 +252,7 @@ pub async fn recover_with(
         sagas: SagaShell::new(sagas),
         leases: Leases::new(lease_engine, lease_clock),
         group: group.map(|g| g.mirror),
+        lanes: Default::default(),
     });
     if let Some(mirror) = &core.group {
         mirror.set_outcomes(Arc::clone(&core.outcomes), config.retention_ms);

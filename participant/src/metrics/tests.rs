@@ -23,7 +23,9 @@ fn series(text: &str) -> Vec<String> {
 
 /// The series a reference participant exported before the text was written by
 /// `prometheus-client` (a live scrape of that version, values removed).
-const SERIES: [&str; 66] = [
+const SERIES: [&str; 70] = [
+    "# TYPE twopc_participant_batched_items_total counter",
+    "# TYPE twopc_participant_batches_total counter",
     "# TYPE twopc_participant_checkpoint_failures_total counter",
     "# TYPE twopc_participant_checkpoints_total counter",
     "# TYPE twopc_participant_decision_queries_total counter",
@@ -48,6 +50,8 @@ const SERIES: [&str; 66] = [
     "# TYPE twopc_wal_bytes_on_disk gauge",
     "# TYPE twopc_wal_fsyncs_total counter",
     "# TYPE twopc_wal_records_total counter",
+    "twopc_participant_batched_items_total",
+    "twopc_participant_batches_total",
     "twopc_participant_checkpoint_failures_total",
     "twopc_participant_checkpoints_total",
     "twopc_participant_decision_queries_total",
