@@ -1,7 +1,8 @@
 //! The PostgreSQL participant's sessions and round trips against a real PostgreSQL
 //! (docs/postgres.md, "Sessions and round trips"): phase two has sessions that waiting prepares
-//! cannot take, decisions arriving together share round trips, `null` binds for every
-//! parameter type, and a gid prepared in another database of the server is not taken for ours.
+//! cannot take, decisions arriving together share round trips (sent one by one, or in a
+//! batched phase message), `null` binds for every parameter type, and a gid prepared in
+//! another database of the server is not taken for ours.
 //!
 //! The participant runs in this process as a library, so a test can size its pools and read
 //! its counters. The server comes from `TWOPC_POSTGRES_URL` or a throwaway cluster
@@ -329,4 +330,101 @@ fn a_gid_prepared_in_another_database_is_not_ours() {
     assert_eq!(prepared_here(&ours), "");
     assert_eq!(prepared_here(&theirs), gid);
     query(&theirs, &format!("ROLLBACK PREPARED '{gid}'"));
+}
+
+/// The batched phase messages over HTTP, as the library serves them for the KV store: the
+/// participant offers them, a batch of prepares is answered one line per item, and a batch of
+/// decisions goes to PostgreSQL several `COMMIT PREPARED` per round trip.
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn batched_phase_messages_are_served_and_their_commits_share_round_trips() {
+    const N: u64 = 20;
+    let server = PgServer::get();
+    let db = server.create_database("batches");
+    seed_accounts(&db, N as u32, 100);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (round_trips, statements) = runtime.block_on(async {
+        let bank = participant(&db, TRANSFER_STATEMENTS, |config| {
+            config.decision_connections = 1;
+        })
+        .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(axum::serve(listener, participant::finish(bank.router())).into_future());
+        let http = reqwest::Client::new();
+        let offered: Value = http
+            .get(format!("{base}/2pc/capabilities"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(
+            offered["batch"]["max_items"].as_u64().unwrap() >= N,
+            "{offered}"
+        );
+        let lines = |text: String| -> Vec<Value> {
+            let mut lines: Vec<Value> = text
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect();
+            lines.sort_by_key(|line| line["index"].as_u64());
+            lines
+        };
+        let prepares: Vec<PrepareRequest> = (0..N)
+            .map(|n| prepare(n + 1, json!([debit(&format!("a{n}"))])))
+            .collect();
+        let answered = http
+            .post(format!("{base}/2pc/batch/prepare"))
+            .json(&json!({"prepares": prepares}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200);
+        let votes = lines(answered.text().await.unwrap());
+        assert_eq!(votes.len(), N as usize);
+        for (n, line) in votes.iter().enumerate() {
+            assert_eq!(line["index"], n, "{line}");
+            assert_eq!(line["gtid"], gtid(n as u64 + 1), "{line}");
+            assert_eq!(
+                (&line["status"], &line["body"]),
+                (&json!(200), &json!({"vote": "yes"}))
+            );
+        }
+        let before = bank.metrics_text().await;
+        let decisions: Vec<Value> = (0..N)
+            .map(|n| json!({"decision": "commit", "request": decision(n + 1)}))
+            .collect();
+        let answered = http
+            .post(format!("{base}/2pc/batch/decide"))
+            .json(&json!({"decisions": decisions}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200);
+        let acks = lines(answered.text().await.unwrap());
+        assert_eq!(acks.len(), N as usize);
+        assert!(
+            acks.iter()
+                .all(|line| line["status"] == 200 && line["body"] == json!({"ack": true})),
+            "{acks:?}"
+        );
+        let after = bank.metrics_text().await;
+        assert_eq!(counter(&after, "twopc_pg_batches_total"), 2);
+        assert_eq!(counter(&after, "twopc_pg_batched_items_total"), 2 * N);
+        let delta = |name: &str| counter(&after, name) - counter(&before, name);
+        (
+            delta("twopc_pg_phase_two_round_trips_total"),
+            delta("twopc_pg_phase_two_statements_total"),
+        )
+    });
+    eprintln!("a batch of {statements} commits went out in {round_trips} round trips");
+    assert_eq!(statements, N);
+    assert!(round_trips < statements, "{round_trips} round trips");
+    let total: i64 = query(&db, "SELECT sum(balance) FROM accounts")
+        .parse()
+        .unwrap();
+    assert_eq!(total, (N as i64) * 90);
+    assert_eq!(prepared_here(&db), "");
 }

@@ -85,6 +85,9 @@ pub(crate) struct PgMetrics {
     /// statements: their ratio is the phase-two batch size.
     pub(crate) phase_two_round_trips: AtomicU64,
     pub(crate) phase_two_statements: AtomicU64,
+    /// Batched phase messages received, and the items they carried.
+    pub(crate) batches: AtomicU64,
+    pub(crate) batched_items: AtomicU64,
 }
 
 pub(crate) struct Inner<W: PgWork> {
@@ -190,6 +193,15 @@ impl<W: PgWork> PgParticipant<W> {
                 max_prepared,
             }),
         })
+    }
+
+    /// Counts one batched phase message of `items` items.
+    pub(crate) fn count_batch(&self, items: usize) {
+        let metrics = &self.inner.metrics;
+        metrics.batches.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .batched_items
+            .fetch_add(items as u64, Ordering::Relaxed);
     }
 
     pub fn config(&self) -> &PgConfig {
