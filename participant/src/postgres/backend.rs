@@ -5,25 +5,23 @@
 //! transaction commits) and the service's work, all sent together; then, once their answers
 //! (row counts included) are checked, `PREPARE TRANSACTION '<gid>'`, then yes: the prepared
 //! state is durable in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it, and with it the
-//! intent written just before). Commit / abort: `COMMIT PREPARED` / `ROLLBACK PREPARED` on a
-//! phase-two session, batched with others waiting (`phase_two`), idempotent: a gid PostgreSQL
-//! no longer knows (in this database) is "already committed" only if its outcome row says so
-//! (see `schema`); a commit for a gid never prepared is 409 `not_prepared`.
+//! intent written just before). Commit / abort: `super::decide`, on phase-two sessions
+//! (`super::phase_two`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use protocol::{DecisionRequest, ErrorCode, PrepareRequest, Vote};
+use protocol::{ErrorCode, PrepareRequest, Vote};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::config::PgConfig;
 use super::error::{PgError, describe};
 use super::gid::{Gid, GidPrefix};
-use super::phase_two::{Finish, PhaseTwo};
-use super::policy::{self, AbortMissing, CommitMissing, Fence, Known, Recorded};
+use super::metrics::PgMetrics;
+use super::phase_two::PhaseTwo;
+use super::policy::{self, Fence, Known, Recorded};
 use super::pool::{Pool, Side};
 use super::schema;
 use super::work::{PgWork, WorkRefusal};
@@ -35,9 +33,6 @@ use crate::rejection::Rejection;
 pub const AFTER_PREPARE_TRANSACTION: &str = "participant::pg_after_prepare_transaction";
 /// Crash point: `COMMIT PREPARED` returned, the ack not yet sent.
 pub const AFTER_COMMIT_PREPARED: &str = "participant::pg_after_commit_prepared";
-
-/// How long an abort waits for a prepare of the same attempt still running here.
-const ABORT_WAITS_FOR_PREPARE_MS: u64 = 30_000;
 
 /// Why a protocol request got no vote or ack.
 #[derive(Debug, thiserror::Error)]
@@ -72,29 +67,11 @@ impl From<PgError> for PgRequestError {
     }
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct PgMetrics {
-    pub(crate) votes_yes: AtomicU64,
-    pub(crate) votes_no: AtomicU64,
-    pub(crate) commits: AtomicU64,
-    pub(crate) aborts: AtomicU64,
-    pub(crate) decision_queries: AtomicU64,
-    pub(crate) resolved_by_query: AtomicU64,
-    /// Round trips that carried `COMMIT PREPARED` / `ROLLBACK PREPARED` statements, and those
-    /// statements: their ratio is the phase-two batch size.
-    pub(crate) phase_two_round_trips: AtomicU64,
-    pub(crate) phase_two_statements: AtomicU64,
-    /// Batched phase messages received, and the items they carried.
-    pub(crate) batches: AtomicU64,
-    pub(crate) batched_items: AtomicU64,
-}
-
 pub(crate) struct Inner<W: PgWork> {
     pub(crate) work: W,
     pub(crate) pool: Arc<Pool>,
     /// Decisions waiting for a phase-two session, sent together.
-    phase_two: Arc<PhaseTwo>,
+    pub(crate) phase_two: Arc<PhaseTwo>,
     pub(crate) prefix: GidPrefix,
     pub(crate) config: PgConfig,
     /// Highest epoch seen per coordinator id (mirrors `twopc.pg_epochs`).
@@ -228,7 +205,7 @@ impl<W: PgWork> PgParticipant<W> {
 
     /// Fencing: 409 `stale_epoch` for an epoch below the highest seen; a higher one is
     /// recorded durably before it is acted on.
-    async fn fence(
+    pub(crate) async fn fence(
         &self,
         coordinator_id: &str,
         epoch: u64,
@@ -282,7 +259,7 @@ impl<W: PgWork> PgParticipant<W> {
         Ok(())
     }
 
-    fn check_owner(
+    pub(crate) fn check_owner(
         gtid: &protocol::GlobalTxId,
         coordinator_id: &protocol::CoordinatorId,
     ) -> Result<(), Rejection> {
@@ -458,147 +435,6 @@ impl<W: PgWork> PgParticipant<W> {
             WorkRefusal::Invalid(message) => Err(Rejection::InvalidPayload(message).into()),
         }
     }
-
-    /// Phase two, commit: `COMMIT PREPARED`, or an ack if the outcome row shows it done.
-    pub async fn commit(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
-        Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
-        self.fence(
-            request.coordinator_id.as_str(),
-            request.epoch.0,
-            Side::Decide,
-        )
-        .await?;
-        self.commit_gid(&gid).await?;
-        crash_point(AFTER_COMMIT_PREPARED);
-        Ok(())
-    }
-
-    pub(crate) async fn commit_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
-        match self.inner.phase_two.finish(Finish::Commit, gid).await? {
-            Ok(()) => {
-                // The intent row went with the transaction (it deleted it before preparing).
-                self.inner.metrics.commits.fetch_add(1, Ordering::Relaxed);
-                self.forget_answer(gid);
-                tracing::debug!(%gid, "committed");
-                Ok(())
-            }
-            Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {
-                let session = self.inner.pool.get(Side::Decide).await?;
-                match policy::commit_missing(outcome(session.client(), gid).await?) {
-                    CommitMissing::AlreadyCommitted => Ok(()),
-                    CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
-                        "{gid} was aborted here; it cannot commit"
-                    ))),
-                    CommitMissing::NeverPrepared => Err(Rejection::NotPrepared {
-                        gtid: self.inner.prefix.gtid_of(gid.as_str()).ok_or_else(|| {
-                            Rejection::InvalidPayload(format!("{gid} has another prefix"))
-                        })?,
-                        why: "was never prepared here (no prepared transaction and no \
-                              outcome row in this database)"
-                            .into(),
-                    }
-                    .into()),
-                }
-            }
-            Err(error) => Err(PgError::db(format!("COMMIT PREPARED {gid}"), error).into()),
-        }
-    }
-
-    /// Phase two, abort: `ROLLBACK PREPARED`, or a tombstone if it was never prepared (a late
-    /// prepare then votes no).
-    pub async fn abort(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
-        Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
-        self.fence(
-            request.coordinator_id.as_str(),
-            request.epoch.0,
-            Side::Decide,
-        )
-        .await?;
-        self.abort_gid(&gid).await
-    }
-
-    pub(crate) async fn abort_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
-        let mut waited_ms = 0;
-        loop {
-            match self.inner.phase_two.finish(Finish::Rollback, gid).await? {
-                Ok(()) => {
-                    self.inner.metrics.aborts.fetch_add(1, Ordering::Relaxed);
-                    // Rolled back with the transaction, its intent's removal is undone.
-                    let session = self.inner.pool.get(Side::Decide).await?;
-                    self.forget(session.client(), gid).await;
-                    tracing::debug!(%gid, "rolled back");
-                    return Ok(());
-                }
-                Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {}
-                Err(error) => {
-                    return Err(PgError::db(format!("ROLLBACK PREPARED {gid}"), error).into());
-                }
-            }
-            let running = self
-                .inner
-                .preparing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(gid.as_str());
-            if policy::abort_missing(running) == AbortMissing::WaitForPrepare {
-                // Its prepare is still running here: roll it back once it is prepared (or
-                // find it voted no).
-                if waited_ms >= ABORT_WAITS_FOR_PREPARE_MS {
-                    return Err(PgRequestError::Busy(format!(
-                        "a prepare of {gid} is still running here; retry the abort"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                waited_ms += 10;
-                continue;
-            }
-            // Never prepared (or already rolled back): a tombstone, so a late prepare votes no.
-            // A committed outcome row makes the insert a no-op, and the abort a contradiction.
-            let session = self.inner.pool.get(Side::Decide).await?;
-            let client = session.client();
-            client
-                .execute(
-                    "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'aborted') \
-                     ON CONFLICT (gid) DO NOTHING",
-                    &[&gid.as_str()],
-                )
-                .await
-                .map_err(|e| PgError::db("recording the abort", e))?;
-            if !policy::abort_acked(outcome(client, gid).await?) {
-                return Err(PgRequestError::Contradiction(format!(
-                    "{gid} was committed here; it cannot abort"
-                )));
-            }
-            self.forget(client, gid).await;
-            return Ok(());
-        }
-    }
-
-    fn forget_answer(&self, gid: &Gid) {
-        self.inner
-            .answers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(gid.as_str());
-    }
-
-    /// Drops the intent of a gid rolled back or never prepared (best effort, and committed
-    /// asynchronously: a leftover intent only costs a row).
-    async fn forget(&self, client: &tokio_postgres::Client, gid: &Gid) {
-        self.forget_answer(gid);
-        if let Err(error) = client
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL synchronous_commit = off; \
-                 DELETE FROM twopc.pg_intents WHERE gid = {}; COMMIT",
-                gid.literal()
-            ))
-            .await
-        {
-            tracing::warn!(%gid, error = %describe(&error), "could not drop the intent row");
-        }
-    }
 }
 
 /// The intent row, committed on its own before the transaction begins: a decision query needs
@@ -647,21 +483,6 @@ async fn lookup(
         recorded = recorded.or(Recorded::parse(&what));
     }
     Ok((recorded, prepared_now))
-}
-
-/// The recorded outcome of a gid, if any.
-async fn outcome(
-    client: &tokio_postgres::Client,
-    gid: &Gid,
-) -> Result<Option<Recorded>, PgRequestError> {
-    let row = client
-        .query_typed_opt(
-            "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1",
-            &[(&gid.as_str(), Type::TEXT)],
-        )
-        .await
-        .map_err(|e| PgError::db("reading the outcome row", e))?;
-    Ok(row.and_then(|row| Recorded::parse(row.get(0))))
 }
 
 /// Why `PREPARE TRANSACTION` (or the outcome row before it) failed, as a no vote.

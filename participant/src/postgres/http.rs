@@ -17,8 +17,9 @@ use protocol::{AckResponse, Decision, DecisionRequest, ErrorCode, PrepareRequest
 
 use net::exposition::Exposition;
 
-use super::backend::{PgMetrics, PgParticipant};
+use super::backend::PgParticipant;
 use super::in_doubt::PgPreparedList;
+use super::metrics::PgMetrics;
 use super::work::PgWork;
 use crate::api_error::{ApiError, json_body};
 use crate::batch_http::{batch_body, check_items, stream_answers};

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::backend::PgMetrics;
 use super::error::PgError;
 use super::gid::Gid;
+use super::metrics::PgMetrics;
 use super::pipeline;
 use super::pool::{Pool, Side};
 
