@@ -64,7 +64,11 @@ impl PgServer {
                 cluster: None,
             });
         }
-        Self::throwaway(&[("max_prepared_transactions", "128")])
+        // A prepared transaction holds no session: it stays prepared from its vote until its
+        // COMMIT PREPARED, which runs after the client has its answer. So a bench at
+        // concurrency 64 across two databases of this server keeps 128 prepared and more while
+        // phase two catches up; 512 leaves room (a few MB of shared memory).
+        Self::throwaway(&[("max_prepared_transactions", "512")])
     }
 
     /// A cluster of this test's own (for restarting it or for unusual settings).

@@ -268,7 +268,12 @@ pub struct PgArgs {
     /// JSON file of the named, parameterised statements a transaction may run.
     #[arg(long)]
     pub statements: Option<PathBuf>,
-    /// Most PostgreSQL sessions open at once (each running prepare holds one).
+    /// Most PostgreSQL sessions open at once for prepares (each running prepare holds one).
     #[arg(long, default_value_t = 16)]
     pub postgres_connections: usize,
+    /// PostgreSQL sessions kept apart for phase two (`COMMIT PREPARED`, `ROLLBACK PREPARED`),
+    /// recovery and health reads, on top of --postgres-connections: prepares waiting on a row
+    /// lock can never hold them all while the commit that frees the lock waits.
+    #[arg(long, default_value_t = crate::postgres::config::DECISION_CONNECTIONS_DEFAULT)]
+    pub postgres_decision_connections: usize,
 }

@@ -1,25 +1,28 @@
 //! The protocol mapped onto PostgreSQL's two-phase commit.
 //!
-//! Prepare: intent row (autocommit), `BEGIN`, the service's work, the `committed` outcome row,
-//! `PREPARE TRANSACTION '<gid>'` on the same session, then yes: the prepared state is durable
-//! in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it, and with it the intent written
-//! just before). Commit / abort: `COMMIT PREPARED` / `ROLLBACK PREPARED` from any session,
-//! idempotent: a gid PostgreSQL no longer knows is "already committed" only if its outcome row
-//! says so (see `schema`); a commit for a gid never prepared is 409 `not_prepared`.
+//! Prepare, in two round trips on one session: first the intent row (a transaction of its
+//! own), `BEGIN`, the `committed` outcome row, the intent's removal (both seen only once the
+//! transaction commits) and the service's work, all sent together; then, once their answers
+//! (row counts included) are checked, `PREPARE TRANSACTION '<gid>'`, then yes: the prepared
+//! state is durable in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it, and with it the
+//! intent written just before). Commit / abort: `super::decide`, on phase-two sessions
+//! (`super::phase_two`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use protocol::{DecisionRequest, ErrorCode, PrepareRequest, Vote};
+use protocol::{ErrorCode, PrepareRequest, Vote};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::config::PgConfig;
 use super::error::{PgError, describe};
 use super::gid::{Gid, GidPrefix};
-use super::policy::{self, AbortMissing, CommitMissing, Fence, Known, Recorded};
-use super::pool::Pool;
+use super::metrics::PgMetrics;
+use super::phase_two::PhaseTwo;
+use super::policy::{self, Fence, Known, Recorded};
+use super::pool::{Pool, Side};
 use super::schema;
 use super::work::{PgWork, WorkRefusal};
 use crate::api_error::ApiError;
@@ -30,9 +33,6 @@ use crate::rejection::Rejection;
 pub const AFTER_PREPARE_TRANSACTION: &str = "participant::pg_after_prepare_transaction";
 /// Crash point: `COMMIT PREPARED` returned, the ack not yet sent.
 pub const AFTER_COMMIT_PREPARED: &str = "participant::pg_after_commit_prepared";
-
-/// How long an abort waits for a prepare of the same attempt still running here.
-const ABORT_WAITS_FOR_PREPARE_MS: u64 = 30_000;
 
 /// Why a protocol request got no vote or ack.
 #[derive(Debug, thiserror::Error)]
@@ -67,20 +67,11 @@ impl From<PgError> for PgRequestError {
     }
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct PgMetrics {
-    pub(crate) votes_yes: AtomicU64,
-    pub(crate) votes_no: AtomicU64,
-    pub(crate) commits: AtomicU64,
-    pub(crate) aborts: AtomicU64,
-    pub(crate) decision_queries: AtomicU64,
-    pub(crate) resolved_by_query: AtomicU64,
-}
-
 pub(crate) struct Inner<W: PgWork> {
     pub(crate) work: W,
-    pub(crate) pool: Pool,
+    pub(crate) pool: Arc<Pool>,
+    /// Decisions waiting for a phase-two session, sent together.
+    pub(crate) phase_two: Arc<PhaseTwo>,
     pub(crate) prefix: GidPrefix,
     pub(crate) config: PgConfig,
     /// Highest epoch seen per coordinator id (mirrors `twopc.pg_epochs`).
@@ -89,7 +80,7 @@ pub(crate) struct Inner<W: PgWork> {
     pub(crate) preparing: Mutex<HashSet<String>>,
     /// The coordinator's last answer per in-doubt gid, for `/v1/prepared`.
     pub(crate) answers: Mutex<HashMap<String, String>>,
-    pub(crate) metrics: PgMetrics,
+    pub(crate) metrics: Arc<PgMetrics>,
     /// Whom in-doubt transactions are asked about (`decision_client`).
     pub(crate) coordinators: crate::decision_client::Coordinators,
     pub(crate) max_prepared: i64,
@@ -138,7 +129,13 @@ impl<W: PgWork> PgParticipant<W> {
     /// are resolved by [`PgParticipant::spawn_resolver`].
     pub async fn start(config: PgConfig, work: W) -> Result<Self, PgError> {
         let prefix = GidPrefix::new(&config.name)?;
-        let pool = Pool::new(&config.url, config.connections)?;
+        let pool = Arc::new(Pool::new(
+            &config.url,
+            config.connections,
+            config.decision_connections,
+        )?);
+        let metrics = Arc::new(PgMetrics::default());
+        let phase_two = PhaseTwo::new(Arc::clone(&pool), Arc::clone(&metrics));
         let client = pool.connect().await?;
         let max_prepared = schema::check_and_create(&client).await?;
         let rows = client
@@ -162,16 +159,26 @@ impl<W: PgWork> PgParticipant<W> {
             inner: Arc::new(Inner {
                 work,
                 pool,
+                phase_two,
                 prefix,
                 config,
                 epochs: Mutex::new(epochs),
                 preparing: Mutex::new(HashSet::new()),
                 answers: Mutex::new(HashMap::new()),
-                metrics: PgMetrics::default(),
+                metrics,
                 coordinators,
                 max_prepared,
             }),
         })
+    }
+
+    /// Counts one batched phase message of `items` items.
+    pub(crate) fn count_batch(&self, items: usize) {
+        let metrics = &self.inner.metrics;
+        metrics.batches.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .batched_items
+            .fetch_add(items as u64, Ordering::Relaxed);
     }
 
     pub fn config(&self) -> &PgConfig {
@@ -198,7 +205,12 @@ impl<W: PgWork> PgParticipant<W> {
 
     /// Fencing: 409 `stale_epoch` for an epoch below the highest seen; a higher one is
     /// recorded durably before it is acted on.
-    async fn fence(&self, coordinator_id: &str, epoch: u64) -> Result<(), PgRequestError> {
+    pub(crate) async fn fence(
+        &self,
+        coordinator_id: &str,
+        epoch: u64,
+        side: Side,
+    ) -> Result<(), PgRequestError> {
         let highest = self
             .inner
             .epochs
@@ -229,7 +241,7 @@ impl<W: PgWork> PgParticipant<W> {
             Fence::Current => return Ok(()),
             Fence::Raise => {}
         }
-        let session = self.inner.pool.get().await?;
+        let session = self.inner.pool.get(side).await?;
         let stored = i64::try_from(epoch).unwrap_or(i64::MAX);
         session
             .client()
@@ -247,7 +259,7 @@ impl<W: PgWork> PgParticipant<W> {
         Ok(())
     }
 
-    fn check_owner(
+    pub(crate) fn check_owner(
         gtid: &protocol::GlobalTxId,
         coordinator_id: &protocol::CoordinatorId,
     ) -> Result<(), Rejection> {
@@ -266,8 +278,12 @@ impl<W: PgWork> PgParticipant<W> {
     pub async fn prepare(&self, request: PrepareRequest) -> Result<Vote, PgRequestError> {
         Self::check_owner(&request.gtid, &request.coordinator_id)?;
         let gid = self.gid_of(&request.gtid)?;
-        self.fence(request.coordinator_id.as_str(), request.epoch.0)
-            .await?;
+        self.fence(
+            request.coordinator_id.as_str(),
+            request.epoch.0,
+            Side::Prepare,
+        )
+        .await?;
         {
             let mut preparing = self
                 .inner
@@ -305,89 +321,92 @@ impl<W: PgWork> PgParticipant<W> {
         gid: &Gid,
         request: &PrepareRequest,
     ) -> Result<Vote, PgRequestError> {
-        let mut session = self.inner.pool.get().await?;
-        let client = session.client();
-        // Decided already (a late or repeated prepare)?
-        let known = client
-            .query(
-                "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1 \
-                 UNION ALL SELECT 'prepared' FROM pg_prepared_xacts WHERE gid = $1",
-                &[&gid.as_str()],
-            )
-            .await
-            .map_err(|e| PgError::db("looking up the attempt", e))?;
-        let mut recorded = None;
-        let mut prepared_now = false;
-        for row in &known {
-            let what: String = row.get(0);
-            prepared_now |= what == "prepared";
-            recorded = recorded.or(Recorded::parse(&what));
-        }
-        match policy::known(recorded, prepared_now) {
-            Known::VoteYes => return Ok(Vote::Yes),
-            Known::VoteNo => {
-                return Ok(Vote::No {
-                    reason: format!("{} was aborted before it was prepared", request.gtid),
-                });
-            }
-            Known::Run => {}
-        }
-        // The intent can commit asynchronously: PREPARE TRANSACTION below flushes the WAL
-        // through its own record, so the intent is durable before any yes.
+        let mut session = self.inner.pool.get(Side::Prepare).await?;
         let position = i64::try_from(request.position).unwrap_or(i64::MAX);
         let epoch = i64::try_from(request.epoch.0).unwrap_or(i64::MAX);
-        // From here until PREPARE TRANSACTION or ROLLBACK returns, a transaction may be open on
-        // this session: if this future is dropped (the request cancelled), the session closes.
+        let incarnation = request.incarnation.to_string();
+        let wait_max = self.inner.config.lock_wait_max_ms;
+        let wait = request
+            .lock_wait_ms
+            .unwrap_or(wait_max)
+            .min(wait_max)
+            .max(1);
+        // The intent's transaction waits for no lock in the normal course; lock_timeout bounds
+        // it all the same.
+        let intent_begin =
+            format!("BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL lock_timeout = {wait}");
+        let begin = format!("COMMIT; BEGIN; SET LOCAL lock_timeout = {wait}");
+        let (gid_text, txid, coordinator) = (
+            gid.as_str(),
+            request.txid.as_str(),
+            request.coordinator_id.as_str(),
+        );
+        let intent_params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&gid_text, Type::TEXT),
+            (&txid, Type::TEXT),
+            (&coordinator, Type::TEXT),
+            (&epoch, Type::INT8),
+            (&incarnation, Type::TEXT),
+            (&position, Type::INT8),
+        ];
+        let gid_param: [(&(dyn ToSql + Sync), Type); 1] = [(&gid_text, Type::TEXT)];
+        // From the first message until PREPARE TRANSACTION or ROLLBACK returns, a transaction
+        // may be open on this session: if this future is dropped (the request cancelled), the
+        // session closes, and PostgreSQL rolls it back.
         session.busy();
         let client = session.client();
-        let intent = async {
-            client
-                .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
-                .await?;
-            client
-                .execute(
-                    "INSERT INTO twopc.pg_intents \
-                     (gid, txid, coordinator_id, epoch, incarnation, position) \
-                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (gid) DO NOTHING",
-                    &[
-                        &gid.as_str(),
-                        &request.txid.as_str(),
-                        &request.coordinator_id.as_str(),
-                        &epoch,
-                        &request.incarnation.to_string(),
-                        &position,
-                    ],
-                )
-                .await?;
-            let wait_max = self.inner.config.lock_wait_max_ms;
-            let wait = request
-                .lock_wait_ms
-                .unwrap_or(wait_max)
-                .min(wait_max)
-                .max(1);
-            client
-                .batch_execute(&format!("COMMIT; BEGIN; SET LOCAL lock_timeout = {wait}"))
-                .await
-        };
-        if let Err(error) = intent.await {
+        // One round trip. The intent commits first, asynchronously: PREPARE TRANSACTION below
+        // flushes the WAL through its own record, so the intent is durable before any yes.
+        // Then the transaction: the outcome row (which also finds a gid decided or prepared
+        // already, see OUTCOME_SQL), the intent's removal, and the work.
+        let (intent_begin, intent, began, outcome_row, forgotten, worked) = tokio::join!(
+            biased;
+            client.batch_execute(&intent_begin),
+            client.execute_typed(INTENT_SQL, &intent_params),
+            client.batch_execute(&begin),
+            client.execute_typed(OUTCOME_SQL, &gid_param),
+            client.execute_typed("DELETE FROM twopc.pg_intents WHERE gid = $1", &gid_param),
+            self.inner.work.work(client, &request.payload),
+        );
+        if let Err(error) = intent_begin.and(intent.map(drop)).and(began) {
             session.discard();
             return Err(PgError::db("recording the intent", error).into());
         }
-        let worked = self.inner.work.work(client, &request.payload).await;
-        let refusal = match worked {
-            Ok(()) => {
-                let prepared = async {
-                    client
-                        .execute(
-                            "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'committed')",
-                            &[&gid.as_str()],
-                        )
-                        .await?;
-                    client
-                        .batch_execute(&format!("PREPARE TRANSACTION {}", gid.literal()))
-                        .await
-                };
-                match prepared.await {
+        let refusal = match (outcome_row, forgotten, worked) {
+            (Err(error), _, _) if policy::already_known(error.code().map(SqlState::code)) => {
+                // Decided or prepared here already: the records say how to vote.
+                let (rolled_back, known) = tokio::join!(
+                    biased;
+                    client.batch_execute("ROLLBACK"),
+                    lookup(client, gid),
+                );
+                if rolled_back.is_err() {
+                    session.discard();
+                    return Err(PgError::db("rolling back a repeated prepare", error).into());
+                }
+                let (recorded, prepared_now) = known?;
+                match policy::known(recorded, prepared_now) {
+                    Known::VoteYes => {
+                        session.idle();
+                        return Ok(Vote::Yes);
+                    }
+                    Known::VoteNo => {
+                        session.idle();
+                        return Ok(Vote::No {
+                            reason: format!("{} was aborted before it was prepared", request.gtid),
+                        });
+                    }
+                    // Resolved between the two looks: no is always safe.
+                    Known::Run => prepare_refusal(&error),
+                }
+            }
+            (Err(error), _, _) | (Ok(_), Err(error), _) => prepare_refusal(&error),
+            (Ok(_), Ok(_), Err(refusal)) => refusal,
+            (Ok(_), Ok(_), Ok(())) => {
+                match client
+                    .batch_execute(&format!("PREPARE TRANSACTION {}", gid.literal()))
+                    .await
+                {
                     Ok(()) => {
                         session.idle();
                         return Ok(Vote::Yes);
@@ -395,17 +414,18 @@ impl<W: PgWork> PgParticipant<W> {
                     Err(error) => prepare_refusal(&error),
                 }
             }
-            Err(refusal) => refusal,
         };
-        // Nothing was prepared: roll back and forget the intent.
-        let cleaned = client.batch_execute("ROLLBACK").await;
-        let forgot = client
-            .execute(
-                "DELETE FROM twopc.pg_intents WHERE gid = $1",
-                &[&gid.as_str()],
-            )
+        // Nothing was prepared: roll back and forget the intent (asynchronously: a leftover
+        // intent only costs a row). After a failed PREPARE TRANSACTION no transaction is open,
+        // and ROLLBACK only warns.
+        let cleaned = client
+            .batch_execute(&format!(
+                "ROLLBACK; BEGIN; SET LOCAL synchronous_commit = off; \
+                 DELETE FROM twopc.pg_intents WHERE gid = {}; COMMIT",
+                gid.literal()
+            ))
             .await;
-        if cleaned.is_err() || forgot.is_err() {
+        if cleaned.is_err() {
             session.discard();
         } else {
             session.idle();
@@ -415,157 +435,54 @@ impl<W: PgWork> PgParticipant<W> {
             WorkRefusal::Invalid(message) => Err(Rejection::InvalidPayload(message).into()),
         }
     }
-
-    /// Phase two, commit: `COMMIT PREPARED`, or an ack if the outcome row shows it done.
-    pub async fn commit(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
-        Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
-        self.fence(request.coordinator_id.as_str(), request.epoch.0)
-            .await?;
-        self.commit_gid(&gid).await?;
-        crash_point(AFTER_COMMIT_PREPARED);
-        Ok(())
-    }
-
-    pub(crate) async fn commit_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
-        let session = self.inner.pool.get().await?;
-        let client = session.client();
-        match client
-            .batch_execute(&format!("COMMIT PREPARED {}", gid.literal()))
-            .await
-        {
-            Ok(()) => {
-                self.inner.metrics.commits.fetch_add(1, Ordering::Relaxed);
-                self.forget(client, gid).await;
-                tracing::debug!(%gid, "committed");
-                Ok(())
-            }
-            Err(error) if error.code() == Some(&SqlState::UNDEFINED_OBJECT) => {
-                match policy::commit_missing(outcome(client, gid).await?) {
-                    CommitMissing::AlreadyCommitted => Ok(()),
-                    CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
-                        "{gid} was aborted here; it cannot commit"
-                    ))),
-                    CommitMissing::NeverPrepared => Err(Rejection::NotPrepared {
-                        gtid: self.inner.prefix.gtid_of(gid.as_str()).ok_or_else(|| {
-                            Rejection::InvalidPayload(format!("{gid} has another prefix"))
-                        })?,
-                        why: "was never prepared here (no prepared transaction and no \
-                              outcome row in PostgreSQL)"
-                            .into(),
-                    }
-                    .into()),
-                }
-            }
-            Err(error) => {
-                session.discard();
-                Err(PgError::db(format!("COMMIT PREPARED {gid}"), error).into())
-            }
-        }
-    }
-
-    /// Phase two, abort: `ROLLBACK PREPARED`, or a tombstone if it was never prepared (a late
-    /// prepare then votes no).
-    pub async fn abort(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
-        Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
-        self.fence(request.coordinator_id.as_str(), request.epoch.0)
-            .await?;
-        self.abort_gid(&gid).await
-    }
-
-    pub(crate) async fn abort_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
-        let mut waited_ms = 0;
-        loop {
-            let session = self.inner.pool.get().await?;
-            let client = session.client();
-            match client
-                .batch_execute(&format!("ROLLBACK PREPARED {}", gid.literal()))
-                .await
-            {
-                Ok(()) => {
-                    self.inner.metrics.aborts.fetch_add(1, Ordering::Relaxed);
-                    self.forget(client, gid).await;
-                    tracing::debug!(%gid, "rolled back");
-                    return Ok(());
-                }
-                Err(error) if error.code() == Some(&SqlState::UNDEFINED_OBJECT) => {}
-                Err(error) => {
-                    session.discard();
-                    return Err(PgError::db(format!("ROLLBACK PREPARED {gid}"), error).into());
-                }
-            }
-            let running = self
-                .inner
-                .preparing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(gid.as_str());
-            if policy::abort_missing(running) == AbortMissing::WaitForPrepare {
-                // Its prepare is still running here: roll it back once it is prepared (or
-                // find it voted no).
-                drop(session);
-                if waited_ms >= ABORT_WAITS_FOR_PREPARE_MS {
-                    return Err(PgRequestError::Busy(format!(
-                        "a prepare of {gid} is still running here; retry the abort"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                waited_ms += 10;
-                continue;
-            }
-            // Never prepared (or already rolled back): a tombstone, so a late prepare votes no.
-            // A committed outcome row makes the insert a no-op, and the abort a contradiction.
-            client
-                .execute(
-                    "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'aborted') \
-                     ON CONFLICT (gid) DO NOTHING",
-                    &[&gid.as_str()],
-                )
-                .await
-                .map_err(|e| PgError::db("recording the abort", e))?;
-            if !policy::abort_acked(outcome(client, gid).await?) {
-                return Err(PgRequestError::Contradiction(format!(
-                    "{gid} was committed here; it cannot abort"
-                )));
-            }
-            self.forget(client, gid).await;
-            return Ok(());
-        }
-    }
-
-    /// Drops the intent of a resolved gid (best effort: a leftover intent only costs a row).
-    async fn forget(&self, client: &tokio_postgres::Client, gid: &Gid) {
-        self.inner
-            .answers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(gid.as_str());
-        if let Err(error) = client
-            .execute(
-                "DELETE FROM twopc.pg_intents WHERE gid = $1",
-                &[&gid.as_str()],
-            )
-            .await
-        {
-            tracing::warn!(%gid, error = %describe(&error), "could not drop the intent row");
-        }
-    }
 }
 
-/// The recorded outcome of a gid, if any.
-async fn outcome(
+/// The intent row, committed on its own before the transaction begins: a decision query needs
+/// it while the transaction is prepared. None for a gid decided already (an outcome row) or
+/// prepared in this database now: that transaction has deleted its intent row, uncommitted,
+/// and an insert meeting the row would wait for the transaction to end (a repeated prepare
+/// would hang until the decision). An intent left by a prepare that ended early stays as it is.
+const INTENT_SQL: &str = "INSERT INTO twopc.pg_intents \
+    (gid, txid, coordinator_id, epoch, incarnation, position) \
+    SELECT $1, $2, $3, $4, $5, $6 \
+    WHERE NOT EXISTS (SELECT 1 FROM twopc.pg_outcomes WHERE gid = $1) \
+    AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts \
+        WHERE gid = $1 AND database = current_database()) \
+    ON CONFLICT (gid) DO NOTHING";
+
+/// The `committed` outcome row, inside the transaction (it exists exactly when the transaction
+/// committed). It fails at once for a gid already known: a unique violation when an outcome
+/// row exists, and NULL (a not-null violation) when the gid is prepared in this database now
+/// -- checked first because that transaction's own uncommitted row would make this insert wait
+/// for it (up to `lock_timeout`) instead of failing. Either way the work sent after it fails at
+/// once too, and the records decide the vote.
+const OUTCOME_SQL: &str = "INSERT INTO twopc.pg_outcomes (gid, outcome) \
+    VALUES ($1, CASE WHEN EXISTS (SELECT 1 FROM pg_prepared_xacts \
+        WHERE gid = $1 AND database = current_database()) THEN NULL ELSE 'committed' END)";
+
+/// What this database holds of a gid: its outcome row, and whether it is prepared here now (a
+/// gid prepared in another database of the server is not ours).
+async fn lookup(
     client: &tokio_postgres::Client,
     gid: &Gid,
-) -> Result<Option<Recorded>, PgRequestError> {
-    let row = client
-        .query_opt(
-            "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1",
-            &[&gid.as_str()],
+) -> Result<(Option<Recorded>, bool), PgRequestError> {
+    let rows = client
+        .query_typed(
+            "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1 \
+             UNION ALL SELECT 'prepared' FROM pg_prepared_xacts \
+             WHERE gid = $1 AND database = current_database()",
+            &[(&gid.as_str(), Type::TEXT)],
         )
         .await
-        .map_err(|e| PgError::db("reading the outcome row", e))?;
-    Ok(row.and_then(|row| Recorded::parse(row.get(0))))
+        .map_err(|e| PgError::db("looking up the attempt", e))?;
+    let mut recorded = None;
+    let mut prepared_now = false;
+    for row in &rows {
+        let what: String = row.get(0);
+        prepared_now |= what == "prepared";
+        recorded = recorded.or(Recorded::parse(&what));
+    }
+    Ok((recorded, prepared_now))
 }
 
 /// Why `PREPARE TRANSACTION` (or the outcome row before it) failed, as a no vote.

@@ -44,8 +44,12 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     if args.postgres.postgres_connections == 0 {
         return Err("--postgres-connections must be at least 1".into());
     }
+    if args.postgres.postgres_decision_connections == 0 {
+        return Err("--postgres-decision-connections must be at least 1".into());
+    }
     let mut config = PgConfig::new(url, args.name.as_str());
     config.connections = args.postgres.postgres_connections;
+    config.decision_connections = args.postgres.postgres_decision_connections;
     config.coordinator_urls = crate::cli::args::coordinator_urls(args.coordinator.as_deref())?;
     config.coordinator_tls = args.tls.coordinator(&config.coordinator_urls)?;
     config.in_doubt_after_ms = args.in_doubt_after_ms;
@@ -61,7 +65,7 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
 
 async fn start(config: PgConfig, statements: &[u8]) -> Result<PgParticipant<Statements>, String> {
     let specs = Statements::parse_file(statements)?;
-    let pool = super::pool::Pool::new(&config.url, 1).map_err(|e| e.to_string())?;
+    let pool = super::pool::Pool::new(&config.url, 1, 1).map_err(|e| e.to_string())?;
     let client = pool.connect().await.map_err(|e| e.to_string())?;
     let statements = Statements::check(&client, specs)
         .await

@@ -1,5 +1,10 @@
 //! How a PostgreSQL participant runs: one place for every tunable and its default.
 
+/// Sessions for phase two by default: enough that a lone decision rarely waits for another's
+/// round trip, few enough that decisions arriving together share them (one `COMMIT PREPARED`
+/// per statement, several per round trip).
+pub const DECISION_CONNECTIONS_DEFAULT: usize = 4;
+
 /// Configuration of a [`super::PgParticipant`].
 #[derive(Debug, Clone)]
 pub struct PgConfig {
@@ -8,8 +13,13 @@ pub struct PgConfig {
     /// This participant's name; its gids start with `twopc:<name>:` (one process per name and
     /// database: recovery takes every prepared transaction with that prefix as its own).
     pub name: String,
-    /// Most PostgreSQL sessions open at once (each running prepare holds one).
+    /// Most PostgreSQL sessions open at once for prepares (each running prepare holds one).
     pub connections: usize,
+    /// Most PostgreSQL sessions open at once for phase two, recovery and health reads, on top
+    /// of `connections`: prepares waiting on row locks can never take these, so a `COMMIT
+    /// PREPARED` (which frees such locks) always finds one. Decisions arriving while all are
+    /// busy go out together on the next free one, several per round trip.
+    pub decision_connections: usize,
     /// Base URLs of the coordinator (or of every coordinator of its group) asked about in-doubt
     /// transactions, as `ParticipantConfig::coordinator_urls`. Empty: they wait for the
     /// coordinator's resend.
@@ -43,6 +53,7 @@ impl PgConfig {
             url: url.into(),
             name: name.into(),
             connections: 16,
+            decision_connections: DECISION_CONNECTIONS_DEFAULT,
             coordinator_urls: Vec::new(),
             in_doubt_after_ms: 5_000,
             scan_every_ms: 1_000,

@@ -9,8 +9,8 @@ pub enum PgError {
     Connect { url: String, message: String },
     #[error(
         "max_prepared_transactions is 0 on this PostgreSQL server, so PREPARE TRANSACTION is \
-         disabled: set max_prepared_transactions (e.g. 100, at least the participant's \
-         --postgres-connections) in postgresql.conf or with ALTER SYSTEM, then restart \
+         disabled: set max_prepared_transactions (e.g. 100, at least the transactions prepared \
+         at once on this server) in postgresql.conf or with ALTER SYSTEM, then restart \
          PostgreSQL (the setting only takes effect at server start)"
     )]
     PreparedTransactionsDisabled,

@@ -1,23 +1,29 @@
-//! The PostgreSQL participant's HTTP surface: the same protocol routes as every participant,
+//! The PostgreSQL participant's HTTP surface: the same protocol routes as every participant
+//! (the batched phase messages too, as the library serves them: `crate::batch_http`),
 //! `/v1/prepared` (with gids and ages), health, readiness (PostgreSQL reachable) and metrics.
 
 use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use protocol::{AckResponse, DecisionRequest, ErrorCode, PrepareRequest, Vote, routes};
+use protocol::batch::{DecisionBatch, PrepareBatch};
+use protocol::limits::BATCH_BODY_BYTES_MAX;
+use protocol::{AckResponse, Decision, DecisionRequest, ErrorCode, PrepareRequest, Vote, routes};
 
 use net::exposition::Exposition;
 
-use super::backend::{PgMetrics, PgParticipant};
+use super::backend::PgParticipant;
 use super::in_doubt::PgPreparedList;
+use super::metrics::PgMetrics;
 use super::work::PgWork;
 use crate::api_error::{ApiError, json_body};
+use crate::batch_http::{batch_body, check_items, stream_answers};
+use crate::crash;
 
 impl<W: PgWork> PgParticipant<W> {
     /// The routes; pass the router through [`crate::finish`].
@@ -26,6 +32,15 @@ impl<W: PgWork> PgParticipant<W> {
             .route(routes::PREPARE, post(prepare::<W>))
             .route(routes::COMMIT, post(commit::<W>))
             .route(routes::ABORT, post(abort::<W>))
+            .route(routes::CAPABILITIES, get(crate::batch_http::capabilities))
+            .route(
+                routes::BATCH_PREPARE,
+                post(batch_prepare::<W>).layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX)),
+            )
+            .route(
+                routes::BATCH_DECIDE,
+                post(batch_decide::<W>).layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX)),
+            )
             .route(routes::PREPARED, get(prepared::<W>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<W>))
@@ -90,6 +105,26 @@ fn render(m: &PgMetrics, in_doubt: Option<InDoubt>) -> String {
         "In-doubt transactions resolved from the coordinator's answer",
         &m.resolved_by_query,
     );
+    out.counter_of(
+        "twopc_pg_batches_total",
+        "Batched phase messages received (each carries many attempts' prepares or decisions)",
+        &m.batches,
+    );
+    out.counter_of(
+        "twopc_pg_batched_items_total",
+        "Prepares and decisions received inside batched phase messages",
+        &m.batched_items,
+    );
+    out.counter_of(
+        "twopc_pg_phase_two_round_trips_total",
+        "Round trips that carried COMMIT PREPARED / ROLLBACK PREPARED statements",
+        &m.phase_two_round_trips,
+    );
+    out.counter_of(
+        "twopc_pg_phase_two_statements_total",
+        "COMMIT PREPARED / ROLLBACK PREPARED statements sent (per round trip: the batch size)",
+        &m.phase_two_statements,
+    );
     let read = in_doubt.unwrap_or(InDoubt {
         prepared: 0,
         oldest_age_ms: 0,
@@ -142,6 +177,62 @@ async fn abort<W: PgWork>(
     Ok(axum::Json(AckResponse { ack: true }))
 }
 
+/// `POST /2pc/batch/prepare`: each item runs as `/2pc/prepare` alone would (each on a prepare
+/// session of its own, so one waiting on a lock holds back no other), answered line by line.
+async fn batch_prepare<W: PgWork>(
+    State(participant): State<PgParticipant<W>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let batch: PrepareBatch = batch_body(&headers, body)?;
+    check_items(batch.prepares.len())?;
+    participant.count_batch(batch.prepares.len());
+    let items = batch
+        .prepares
+        .into_iter()
+        .map(|request| {
+            let participant = participant.clone();
+            let gtid = request.gtid.clone();
+            let answer = async move {
+                let vote = participant.prepare(request).await?;
+                serde_json::to_value(vote)
+                    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+            };
+            (gtid, answer)
+        })
+        .collect();
+    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+}
+
+/// `POST /2pc/batch/decide`: each item runs as `/2pc/commit` or `/2pc/abort` alone would; the
+/// items arrive together, so their `COMMIT PREPARED`s go out together (`super::phase_two`).
+async fn batch_decide<W: PgWork>(
+    State(participant): State<PgParticipant<W>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let batch: DecisionBatch = batch_body(&headers, body)?;
+    check_items(batch.decisions.len())?;
+    participant.count_batch(batch.decisions.len());
+    let items = batch
+        .decisions
+        .into_iter()
+        .map(|item| {
+            let participant = participant.clone();
+            let gtid = item.request.gtid.clone();
+            let answer = async move {
+                match item.decision {
+                    Decision::Commit => participant.commit(item.request).await?,
+                    Decision::Abort => participant.abort(item.request).await?,
+                }
+                Ok(serde_json::json!(AckResponse { ack: true }))
+            };
+            (gtid, answer)
+        })
+        .collect();
+    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+}
+
 async fn prepared<W: PgWork>(
     State(participant): State<PgParticipant<W>>,
 ) -> Result<axum::Json<PgPreparedList>, ApiError> {
@@ -178,8 +269,8 @@ mod tests {
     use super::*;
 
     /// The series the PostgreSQL participant exported when it wrote its text by hand, in
-    /// order, values removed: a rename fails here.
-    const SERIES: [&str; 17] = [
+    /// order, values removed, plus the batch counters since: a rename fails here.
+    const SERIES: [&str; 25] = [
         "# TYPE twopc_pg_votes_total counter",
         "twopc_pg_votes_total{vote=\"yes\"}",
         "twopc_pg_votes_total{vote=\"no\"}",
@@ -191,6 +282,14 @@ mod tests {
         "twopc_pg_decision_queries_total",
         "# TYPE twopc_pg_resolved_by_query_total counter",
         "twopc_pg_resolved_by_query_total",
+        "# TYPE twopc_pg_batches_total counter",
+        "twopc_pg_batches_total",
+        "# TYPE twopc_pg_batched_items_total counter",
+        "twopc_pg_batched_items_total",
+        "# TYPE twopc_pg_phase_two_round_trips_total counter",
+        "twopc_pg_phase_two_round_trips_total",
+        "# TYPE twopc_pg_phase_two_statements_total counter",
+        "twopc_pg_phase_two_statements_total",
         "# TYPE twopc_pg_prepared gauge",
         "twopc_pg_prepared",
         "# TYPE twopc_pg_prepared_oldest_age_seconds gauge",

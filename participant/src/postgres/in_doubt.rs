@@ -46,7 +46,7 @@ pub struct PgPreparedList {
 impl<W: PgWork> PgParticipant<W> {
     /// This participant's prepared transactions, oldest first.
     pub async fn in_doubt(&self) -> Result<PgPreparedList, PgError> {
-        let session = self.inner.pool.get().await?;
+        let session = self.inner.pool.get(super::pool::Side::Decide).await?;
         let rows = session
             .client()
             .query(

@@ -12,10 +12,14 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
+mod decide;
 pub mod error;
 pub mod gid;
 mod http;
 pub mod in_doubt;
+mod metrics;
+mod phase_two;
+mod pipeline;
 pub mod policy;
 mod pool;
 mod schema;

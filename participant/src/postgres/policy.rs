@@ -81,6 +81,21 @@ pub fn commit_missing(recorded: Option<Recorded>) -> CommitMissing {
     }
 }
 
+/// The SQLSTATEs with which the outcome row's insert refuses a gid known already (see
+/// `backend::OUTCOME_SQL`): a unique violation (an outcome row exists) or a not-null violation
+/// (prepared in this database now).
+pub fn already_known(sqlstate: Option<&str>) -> bool {
+    matches!(sqlstate, Some("23505" | "23502"))
+}
+
+/// Whether `COMMIT PREPARED` / `ROLLBACK PREPARED` failed because this database holds no such
+/// prepared transaction: it does not exist (`42704`), or it was prepared in another database of
+/// the server (`0A000`, "prepared transaction belongs to another database"; gids are unique per
+/// server, so a gid of ours prepared there is not ours). Either way the outcome row decides.
+pub fn gid_missing(sqlstate: Option<&str>) -> bool {
+    matches!(sqlstate, Some("42704" | "0A000"))
+}
+
 /// `ROLLBACK PREPARED` found no such gid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AbortMissing {
@@ -187,6 +202,22 @@ mod tests {
         assert!(!abort_acked(Some(Recorded::Committed)));
         assert_eq!(abort_missing(true), AbortMissing::WaitForPrepare);
         assert_eq!(abort_missing(false), AbortMissing::Tombstone);
+    }
+
+    #[test]
+    fn sqlstates_are_read_as_documented() {
+        use tokio_postgres::error::SqlState;
+        assert!(already_known(Some(SqlState::UNIQUE_VIOLATION.code())));
+        assert!(already_known(Some(SqlState::NOT_NULL_VIOLATION.code())));
+        assert!(!already_known(Some(SqlState::LOCK_NOT_AVAILABLE.code())));
+        assert!(!already_known(None));
+        assert!(gid_missing(Some(SqlState::UNDEFINED_OBJECT.code())));
+        assert!(gid_missing(Some(SqlState::FEATURE_NOT_SUPPORTED.code())));
+        // Busy (another session is finishing it) or a lost connection: not missing.
+        assert!(!gid_missing(Some(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE.code()
+        )));
+        assert!(!gid_missing(None));
     }
 
     #[test]

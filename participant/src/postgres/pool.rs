@@ -1,5 +1,8 @@
-//! A small pool of PostgreSQL sessions. A prepare needs one session from `BEGIN` to `PREPARE
-//! TRANSACTION`; phase two and recovery need one for a statement or two. A session that saw a
+//! A small pool of PostgreSQL sessions, in two sides. A prepare needs one session from `BEGIN`
+//! to `PREPARE TRANSACTION`, and may wait on a row lock all that time; phase two, recovery and
+//! the health reads need one for a round trip or two and never wait on a row lock. They count
+//! against separate limits: were they one, prepares waiting on a lock could hold every session
+//! while the `COMMIT PREPARED` that frees that lock waits for one. A session that saw a
 //! connection error is dropped instead of returned.
 
 use std::sync::Mutex;
@@ -9,13 +12,23 @@ use tokio_postgres::{Client, NoTls};
 
 use super::error::{PgError, describe};
 
-/// At most `size` sessions, opened on demand.
+/// Who takes a session, and so which limit it counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Phase one: held across the work, which may wait on row locks.
+    Prepare,
+    /// Phase two, recovery, bookkeeping and health reads: never wait on a row lock.
+    Decide,
+}
+
+/// At most `prepare` + `decide` sessions, opened on demand; idle ones serve either side.
 pub(crate) struct Pool {
     config: tokio_postgres::Config,
     /// The URL without its password, for messages.
     shown: String,
     idle: Mutex<Vec<Client>>,
-    permits: Semaphore,
+    prepare: Semaphore,
+    decide: Semaphore,
 }
 
 /// A session taken from the pool; returned when dropped unless marked broken, or dropped while
@@ -30,7 +43,7 @@ pub(crate) struct Session<'a> {
 }
 
 impl Pool {
-    pub(crate) fn new(url: &str, size: usize) -> Result<Self, PgError> {
+    pub(crate) fn new(url: &str, prepare: usize, decide: usize) -> Result<Self, PgError> {
         let config: tokio_postgres::Config = url.parse().map_err(|e| PgError::Connect {
             url: redact(url),
             message: format!("not a PostgreSQL connection string: {e}"),
@@ -39,7 +52,8 @@ impl Pool {
             config,
             shown: redact(url),
             idle: Mutex::new(Vec::new()),
-            permits: Semaphore::new(size.max(1)),
+            prepare: Semaphore::new(prepare.max(1)),
+            decide: Semaphore::new(decide.max(1)),
         })
     }
 
@@ -47,8 +61,12 @@ impl Pool {
         &self.shown
     }
 
-    pub(crate) async fn get(&self) -> Result<Session<'_>, PgError> {
-        let permit = self.permits.acquire().await.map_err(|_| PgError::Connect {
+    pub(crate) async fn get(&self, side: Side) -> Result<Session<'_>, PgError> {
+        let permits = match side {
+            Side::Prepare => &self.prepare,
+            Side::Decide => &self.decide,
+        };
+        let permit = permits.acquire().await.map_err(|_| PgError::Connect {
             url: self.shown.clone(),
             message: "the pool is closed".into(),
         })?;

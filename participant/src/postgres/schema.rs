@@ -8,7 +8,8 @@
 //!   tells "already committed" from "never prepared" when `COMMIT PREPARED` finds no gid.
 //! - `twopc.pg_intents(gid, txid, ...)`: written (autocommit) before `BEGIN`, it carries what a
 //!   decision query needs (the client's txid, the epoch, incarnation and position), which does
-//!   not fit in a 199-byte gid. Deleted once the transaction is resolved.
+//!   not fit in a 199-byte gid. The prepared transaction deletes it, so it stays visible while
+//!   prepared and goes when the transaction commits; after a rollback the participant drops it.
 //! - `twopc.pg_epochs(coordinator_id, epoch)`: the highest epoch seen per coordinator (fencing).
 
 use tokio_postgres::Client;

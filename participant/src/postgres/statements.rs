@@ -7,6 +7,10 @@
 //! SQL (a missing table is found then) and learns its parameter types; a payload whose
 //! parameters do not fit them is 422 `invalid_payload`. A row count other than `expect_rows`
 //! or any database error while running votes no with the database's message.
+//!
+//! A payload's statements are sent together (one message each, with the types learnt at start,
+//! so nothing is prepared per transaction), in the round trip that carries the library's
+//! `BEGIN`; their row counts are checked, in order, once all have answered.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +20,7 @@ use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::error::{PgError, describe};
+use super::pipeline;
 use super::work::{PgWork, WorkRefusal};
 
 /// One statement as the file gives it.
@@ -180,10 +185,25 @@ struct Bound<'a> {
     params: Vec<Box<dyn ToSql + Sync + Send>>,
 }
 
+/// SQL NULL for a parameter of type `ty` (every supported type): `None` of a Rust type that
+/// binds to it, since a `None::<String>` is refused for a number or a boolean.
+fn null_of(ty: &Type) -> Option<Box<dyn ToSql + Sync + Send>> {
+    Some(match *ty {
+        Type::BOOL => Box::new(None::<bool>) as Box<dyn ToSql + Sync + Send>,
+        Type::INT2 => Box::new(None::<i16>),
+        Type::INT4 => Box::new(None::<i32>),
+        Type::INT8 => Box::new(None::<i64>),
+        Type::FLOAT4 => Box::new(None::<f32>),
+        Type::FLOAT8 => Box::new(None::<f64>),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => Box::new(None::<String>),
+        _ => return None,
+    })
+}
+
 fn to_sql(value: &serde_json::Value, ty: &Type) -> Option<Box<dyn ToSql + Sync + Send>> {
     use serde_json::Value;
     Some(match (ty, value) {
-        (_, Value::Null) => Box::new(None::<String>) as Box<dyn ToSql + Sync + Send>,
+        (_, Value::Null) => return null_of(ty),
         (&Type::BOOL, Value::Bool(b)) => Box::new(*b),
         (&Type::INT2, Value::Number(n)) => Box::new(i16::try_from(n.as_i64()?).ok()?),
         (&Type::INT4, Value::Number(n)) => Box::new(i32::try_from(n.as_i64()?).ok()?),
@@ -202,18 +222,26 @@ fn to_sql(value: &serde_json::Value, ty: &Type) -> Option<Box<dyn ToSql + Sync +
 impl PgWork for Statements {
     async fn work(&self, client: &Client, payload: &serde_json::Value) -> Result<(), WorkRefusal> {
         let bound = self.bind(payload).map_err(WorkRefusal::Invalid)?;
-        for op in bound {
-            let params: Vec<&(dyn ToSql + Sync)> = op
-                .params
-                .iter()
-                .map(|p| p.as_ref() as &(dyn ToSql + Sync))
-                .collect();
-            let rows = client
-                .execute(op.statement.spec.sql.as_str(), &params)
-                .await
-                .map_err(|e| {
-                    WorkRefusal::No(format!("statement {:?}: {}", op.name, describe(&e)))
-                })?;
+        let sent = bound
+            .iter()
+            .map(|op| async move {
+                let params: Vec<(&(dyn ToSql + Sync), Type)> = op
+                    .params
+                    .iter()
+                    .zip(&op.statement.params)
+                    .map(|(p, ty)| (p.as_ref() as &(dyn ToSql + Sync), ty.clone()))
+                    .collect();
+                client
+                    .execute_typed(op.statement.spec.sql.as_str(), &params)
+                    .await
+            })
+            .collect();
+        // After a failed statement the rest fail too (the transaction is aborted): the first
+        // failure in order is the reason.
+        for (op, answer) in bound.iter().zip(pipeline::all(sent).await) {
+            let rows = answer.map_err(|e| {
+                WorkRefusal::No(format!("statement {:?}: {}", op.name, describe(&e)))
+            })?;
             if let Some(expected) = op.statement.spec.expect_rows
                 && rows != expected
             {
@@ -289,6 +317,42 @@ mod tests {
             let error = s.bind(&payload).err().unwrap();
             assert!(error.contains(expected), "{payload}: {error}");
         }
+    }
+
+    #[test]
+    fn null_binds_as_sql_null_for_every_supported_type() {
+        // Test-only use of the buffer type ToSql writes into.
+        use tokio_postgres::types::private::BytesMut;
+        let types = [
+            Type::BOOL,
+            Type::INT2,
+            Type::INT4,
+            Type::INT8,
+            Type::FLOAT4,
+            Type::FLOAT8,
+            Type::TEXT,
+            Type::VARCHAR,
+            Type::BPCHAR,
+            Type::NAME,
+        ];
+        for ty in &types {
+            assert!(supported(ty), "{ty}");
+            let null = to_sql(&json!(null), ty).unwrap_or_else(|| panic!("no null for {ty}"));
+            let written = null.to_sql_checked(ty, &mut BytesMut::new());
+            assert!(
+                matches!(written, Ok(tokio_postgres::types::IsNull::Yes)),
+                "{ty}: {:?}",
+                written.err()
+            );
+        }
+        // An unsupported type gets no value at all, null or not.
+        assert!(to_sql(&json!(null), &Type::UUID).is_none());
+        // A payload with nulls binds for an int8 parameter too.
+        let s = statements();
+        let bound = s
+            .bind(&json!({"ops": [{"statement": "debit", "params": [null, null]}]}))
+            .unwrap();
+        assert_eq!(bound[0].params.len(), 2);
     }
 
     #[test]

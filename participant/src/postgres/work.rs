@@ -25,11 +25,15 @@ impl From<tokio_postgres::Error> for WorkRefusal {
 
 /// A service's transactional work, run by the library inside its open transaction.
 ///
-/// The library has sent `BEGIN` on `client`'s session before calling [`PgWork::work`]; after
-/// it returns `Ok`, the library records the outcome row and sends `PREPARE TRANSACTION` on the
-/// same session, then votes yes. On `Err` it rolls back. The work must not end the
-/// transaction itself (no `COMMIT`, `ROLLBACK` or `PREPARE TRANSACTION`) and must not keep
-/// `client` beyond the call.
+/// The library has sent `BEGIN` and the outcome row on `client`'s session before calling
+/// [`PgWork::work`], without waiting for their answers: what the work sends first goes out in
+/// the same round trip (PostgreSQL runs it after them, in order). Statements the work issues
+/// together without awaiting each (e.g. `execute_typed` futures polled together) share a round
+/// trip too; a query given as a `&str` to `execute` or `query` costs a round trip more to
+/// prepare it. After the work returns `Ok`, the library sends `PREPARE TRANSACTION` on the same
+/// session, then votes yes. On `Err` it rolls back. The work must not end the transaction
+/// itself (no `COMMIT`, `ROLLBACK` or `PREPARE TRANSACTION`) and must not keep `client` beyond
+/// the call.
 pub trait PgWork: Send + Sync + 'static {
     /// Runs this transaction's SQL for `payload`.
     fn work(

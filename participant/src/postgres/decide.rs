@@ -1,0 +1,182 @@
+//! Phase two: `COMMIT PREPARED` / `ROLLBACK PREPARED` of a decision (sent with others waiting,
+//! `super::phase_two`), and what a gid this database no longer holds means: idempotent, a gid
+//! is "already committed" only if its outcome row says so (see `super::schema`); a commit for a
+//! gid never prepared is 409 `not_prepared`; an abort of one leaves a tombstone.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use protocol::DecisionRequest;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+
+use super::backend::{AFTER_COMMIT_PREPARED, PgParticipant, PgRequestError};
+use super::error::{PgError, describe};
+use super::gid::Gid;
+use super::phase_two::Finish;
+use super::policy::{self, AbortMissing, CommitMissing, Recorded};
+use super::pool::Side;
+use super::work::PgWork;
+use crate::crash::crash_point;
+use crate::rejection::Rejection;
+
+/// How long an abort waits for a prepare of the same attempt still running here.
+const ABORT_WAITS_FOR_PREPARE_MS: u64 = 30_000;
+
+impl<W: PgWork> PgParticipant<W> {
+    /// Phase two, commit: `COMMIT PREPARED`, or an ack if the outcome row shows it done.
+    pub async fn commit(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
+        Self::check_owner(&request.gtid, &request.coordinator_id)?;
+        let gid = self.gid_of(&request.gtid)?;
+        self.fence(
+            request.coordinator_id.as_str(),
+            request.epoch.0,
+            Side::Decide,
+        )
+        .await?;
+        self.commit_gid(&gid).await?;
+        crash_point(AFTER_COMMIT_PREPARED);
+        Ok(())
+    }
+
+    pub(crate) async fn commit_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
+        match self.inner.phase_two.finish(Finish::Commit, gid).await? {
+            Ok(()) => {
+                // The intent row went with the transaction (it deleted it before preparing).
+                self.inner.metrics.commits.fetch_add(1, Ordering::Relaxed);
+                self.forget_answer(gid);
+                tracing::debug!(%gid, "committed");
+                Ok(())
+            }
+            Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {
+                let session = self.inner.pool.get(Side::Decide).await?;
+                match policy::commit_missing(outcome(session.client(), gid).await?) {
+                    CommitMissing::AlreadyCommitted => Ok(()),
+                    CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
+                        "{gid} was aborted here; it cannot commit"
+                    ))),
+                    CommitMissing::NeverPrepared => Err(Rejection::NotPrepared {
+                        gtid: self.inner.prefix.gtid_of(gid.as_str()).ok_or_else(|| {
+                            Rejection::InvalidPayload(format!("{gid} has another prefix"))
+                        })?,
+                        why: "was never prepared here (no prepared transaction and no \
+                              outcome row in this database)"
+                            .into(),
+                    }
+                    .into()),
+                }
+            }
+            Err(error) => Err(PgError::db(format!("COMMIT PREPARED {gid}"), error).into()),
+        }
+    }
+
+    /// Phase two, abort: `ROLLBACK PREPARED`, or a tombstone if it was never prepared (a late
+    /// prepare then votes no).
+    pub async fn abort(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
+        Self::check_owner(&request.gtid, &request.coordinator_id)?;
+        let gid = self.gid_of(&request.gtid)?;
+        self.fence(
+            request.coordinator_id.as_str(),
+            request.epoch.0,
+            Side::Decide,
+        )
+        .await?;
+        self.abort_gid(&gid).await
+    }
+
+    pub(crate) async fn abort_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
+        let mut waited_ms = 0;
+        loop {
+            match self.inner.phase_two.finish(Finish::Rollback, gid).await? {
+                Ok(()) => {
+                    self.inner.metrics.aborts.fetch_add(1, Ordering::Relaxed);
+                    // Rolled back with the transaction, its intent's removal is undone.
+                    let session = self.inner.pool.get(Side::Decide).await?;
+                    self.forget(session.client(), gid).await;
+                    tracing::debug!(%gid, "rolled back");
+                    return Ok(());
+                }
+                Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {}
+                Err(error) => {
+                    return Err(PgError::db(format!("ROLLBACK PREPARED {gid}"), error).into());
+                }
+            }
+            let running = self
+                .inner
+                .preparing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(gid.as_str());
+            if policy::abort_missing(running) == AbortMissing::WaitForPrepare {
+                // Its prepare is still running here: roll it back once it is prepared (or
+                // find it voted no).
+                if waited_ms >= ABORT_WAITS_FOR_PREPARE_MS {
+                    return Err(PgRequestError::Busy(format!(
+                        "a prepare of {gid} is still running here; retry the abort"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                waited_ms += 10;
+                continue;
+            }
+            // Never prepared (or already rolled back): a tombstone, so a late prepare votes no.
+            // A committed outcome row makes the insert a no-op, and the abort a contradiction.
+            let session = self.inner.pool.get(Side::Decide).await?;
+            let client = session.client();
+            client
+                .execute(
+                    "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'aborted') \
+                     ON CONFLICT (gid) DO NOTHING",
+                    &[&gid.as_str()],
+                )
+                .await
+                .map_err(|e| PgError::db("recording the abort", e))?;
+            if !policy::abort_acked(outcome(client, gid).await?) {
+                return Err(PgRequestError::Contradiction(format!(
+                    "{gid} was committed here; it cannot abort"
+                )));
+            }
+            self.forget(client, gid).await;
+            return Ok(());
+        }
+    }
+
+    fn forget_answer(&self, gid: &Gid) {
+        self.inner
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(gid.as_str());
+    }
+
+    /// Drops the intent of a gid rolled back or never prepared (best effort, and committed
+    /// asynchronously: a leftover intent only costs a row).
+    async fn forget(&self, client: &tokio_postgres::Client, gid: &Gid) {
+        self.forget_answer(gid);
+        if let Err(error) = client
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL synchronous_commit = off; \
+                 DELETE FROM twopc.pg_intents WHERE gid = {}; COMMIT",
+                gid.literal()
+            ))
+            .await
+        {
+            tracing::warn!(%gid, error = %describe(&error), "could not drop the intent row");
+        }
+    }
+}
+
+/// The recorded outcome of a gid, if any.
+async fn outcome(
+    client: &tokio_postgres::Client,
+    gid: &Gid,
+) -> Result<Option<Recorded>, PgRequestError> {
+    let row = client
+        .query_typed_opt(
+            "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1",
+            &[(&gid.as_str(), Type::TEXT)],
+        )
+        .await
+        .map_err(|e| PgError::db("reading the outcome row", e))?;
+    Ok(row.and_then(|row| Recorded::parse(row.get(0))))
+}
