@@ -160,6 +160,10 @@ fn bench_leases_measures_grants_and_fenced_writes_against_both_references() {
         );
         assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
         assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
+        assert!(
+            field(cell, "cpu_us_per_op") > 0.0,
+            "CPU per operation: {cell}"
+        );
     }
 }
 
@@ -192,7 +196,7 @@ fn bench_sagas_measures_sagas_against_plain_calls_that_succeed() {
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| w.len() == 8 && w[0].parse::<usize>().is_ok())
+        .filter(|w| w.len() == 10 && w[0].parse::<usize>().is_ok())
         .collect();
     assert_eq!(rows.len(), 2, "one row per concurrency:\n{stdout}");
     for row in rows {
@@ -203,6 +207,10 @@ fn bench_sagas_measures_sagas_against_plain_calls_that_succeed() {
         };
         let (sagas, plain, ratio) = (number(1), number(4), number(7));
         assert!(sagas > 0.0 && plain > 0.0, "{row:?}");
+        assert!(
+            number(8) > 0.0 && number(9) > 0.0,
+            "CPU per saga and per plain: {row:?}"
+        );
         // The table rounds its columns; the ratio is taken before rounding.
         assert!((ratio - sagas / plain).abs() < 0.05, "{row:?}");
     }

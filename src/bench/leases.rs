@@ -48,6 +48,10 @@ pub struct LeaseCell {
     /// Median raw `write + fdatasync` on the logs' disk just before the cell: at concurrency 1
     /// every grant and fenced write waits for about one of these.
     pub disk_fsync_p50_us: f64,
+    /// CPU time (user + system) of the bench's client and the durable cluster's servers during
+    /// the operation's run, per operation answered in it (warm-up included on both sides);
+    /// `None` where `/proc` is not there.
+    pub cpu_us_per_op: Option<f64>,
 }
 
 /// One cluster (coordinator + KV participant) and what the bench set up on it.
@@ -59,7 +63,18 @@ struct Target {
     proof: Option<String>,
     /// Sends the cluster's operator token (each cluster has its own tokens).
     client: reqwest::Client,
-    _cluster: LocalCluster,
+    cluster: LocalCluster,
+}
+
+impl Target {
+    /// The CPU time of the bench's process and this cluster's servers so far (`cpu`).
+    fn cpu(&self) -> Option<Duration> {
+        let pids: Option<Vec<u32>> = std::iter::once(Some(std::process::id()))
+            .chain(std::iter::once(self.cluster.coordinator.pid()))
+            .chain(self.cluster.participants.iter().map(|(_, node)| node.pid()))
+            .collect();
+        super::cpu::cpu_of_all(&pids?)
+    }
 }
 
 /// The holder every bench lease is granted to.
@@ -140,7 +155,7 @@ async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
         token,
         proof,
         client,
-        _cluster: cluster,
+        cluster,
     })
 }
 
@@ -148,6 +163,8 @@ async fn prepare(pool: usize, cluster: LocalCluster) -> Result<Target> {
 #[derive(Debug, Default)]
 struct Measured {
     ok: u64,
+    /// Answered 200 in the whole run, warm-up included (what a CPU reading covers).
+    ok_all: u64,
     failed: u64,
     elapsed: Duration,
     latencies: Vec<Duration>,
@@ -185,6 +202,7 @@ where
                 seq += 1;
                 let sent = Instant::now();
                 let ok = op(worker, seq).await;
+                part.ok_all += u64::from(ok);
                 if sent < measure_from {
                     continue;
                 }
@@ -202,6 +220,7 @@ where
     while let Some(joined) = workers.join_next().await {
         if let Ok(part) = joined {
             total.ok += part.ok;
+            total.ok_all += part.ok_all;
             total.failed += part.failed;
             total.latencies.extend(part.latencies);
         }
@@ -299,6 +318,7 @@ pub async fn run(
             let cell = format!("{run_id}-{name}-c{concurrency}");
             let disk = tokio::task::block_in_place(|| super::disk::fsync_p50(&scratch, 100))
                 .with_context(|| format!("probing fsync latency in {}", scratch.display()))?;
+            let cpu_before = durable.cpu();
             let result = measure(
                 &durable,
                 op,
@@ -308,6 +328,7 @@ pub async fn run(
                 duration,
             )
             .await;
+            let cpu_us_per_op = super::cpu::micros_per_tx(cpu_before, durable.cpu(), result.ok_all);
             let reference = measure(
                 &durable,
                 read,
@@ -350,6 +371,7 @@ pub async fn run(
                 no_fsync_per_s: off,
                 share_of_no_fsync: off.filter(|o| *o > 0.0).map(|o| per_s / o),
                 disk_fsync_p50_us: disk.as_secs_f64() * 1e6,
+                cpu_us_per_op,
             });
         }
     }
@@ -367,7 +389,7 @@ pub async fn run(
 fn print_table(cells: &[LeaseCell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>12} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>10} {:>9} {:>8} {:>6}",
+        "{:>12} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>10} {:>9} {:>8} {:>9} {:>6}",
         "op",
         "conc",
         "per s",
@@ -378,11 +400,12 @@ fn print_table(cells: &[LeaseCell]) {
         "no-fsync/s",
         "/no-fsync",
         "fsync us",
+        "CPU us/op",
         "failed"
     );
     for c in cells {
         println!(
-            "{:>12} {:>5} {:>8.0} {:>7} {:>7} {:>8.0} {:>7} {:>10} {:>9} {:>8.0} {:>6}",
+            "{:>12} {:>5} {:>8.0} {:>7} {:>7} {:>8.0} {:>7} {:>10} {:>9} {:>8.0} {:>9} {:>6}",
             c.op,
             c.concurrency,
             c.per_s,
@@ -393,6 +416,7 @@ fn print_table(cells: &[LeaseCell]) {
             f(c.no_fsync_per_s, 0),
             f(c.share_of_no_fsync, 2),
             c.disk_fsync_p50_us,
+            f(c.cpu_us_per_op, 0),
             c.failed
         );
     }

@@ -19,6 +19,8 @@ const STEPS: usize = 3;
 #[derive(Debug)]
 struct Measured {
     per_s: f64,
+    /// Completed in the whole cell, warm-up included (what the CPU reading covers).
+    completed: u64,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
     failed: u64,
@@ -45,12 +47,13 @@ where
 {
     let one = Arc::new(one);
     let failed = Arc::new(AtomicU64::new(0));
+    let completed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let measure_from = start + warmup;
     let end = measure_from + duration;
     let mut workers = Vec::new();
     for worker in 0..concurrency {
-        let (one, failed) = (one.clone(), failed.clone());
+        let (one, failed, completed) = (one.clone(), failed.clone(), completed.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut first_failure = None;
@@ -59,6 +62,9 @@ where
                 n += 1;
                 let began = Instant::now();
                 let outcome = one(worker, n).await;
+                if outcome.is_ok() {
+                    completed.fetch_add(1, Ordering::Relaxed);
+                }
                 if began >= measure_from && Instant::now() <= end {
                     match outcome {
                         Ok(()) => latencies.push(began.elapsed()),
@@ -83,6 +89,7 @@ where
     let ms = |q| quantile(&all, q).map(|d| d.as_secs_f64() * 1e3);
     Measured {
         per_s: all.len() as f64 / duration.as_secs_f64(),
+        completed: completed.load(Ordering::Relaxed),
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
         failed: failed.load(Ordering::Relaxed),
@@ -156,11 +163,28 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
         "3-step sagas, {seconds} s per cell (after a warm-up of a fifth), durable cluster on this machine"
     );
     println!(
-        "{:>11} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8}",
-        "concurrency", "sagas/s", "p50 ms", "p99 ms", "plain/s", "p50 ms", "p99 ms", "ratio"
+        "{:>11} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8} {:>11} {:>11}",
+        "concurrency",
+        "sagas/s",
+        "p50 ms",
+        "p99 ms",
+        "plain/s",
+        "p50 ms",
+        "p99 ms",
+        "ratio",
+        "CPU us/saga",
+        "CPU us/plain"
     );
+    // CPU of the bench's own client and every server of the cluster (`cpu`), per completed
+    // saga or plain equivalent, warm-up included on both sides.
+    let pids: Option<Vec<u32>> = std::iter::once(Some(std::process::id()))
+        .chain(std::iter::once(cluster.coordinator.pid()))
+        .chain(cluster.participants.iter().map(|(_, node)| node.pid()))
+        .collect();
+    let cpu_now = || pids.as_deref().and_then(super::cpu::cpu_of_all);
     for &concurrency in concurrencies {
         let (c, url, names) = (client.clone(), coordinator.clone(), names.clone());
+        let cpu_before_sagas = cpu_now();
         let saga = measure(concurrency, warmup, duration, move |worker, n| {
             let (c, url, names) = (c.clone(), url.clone(), names.clone());
             async move {
@@ -173,6 +197,7 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
             }
         })
         .await;
+        let cpu_after_sagas = cpu_now();
         let (c, parts) = (peer_client.clone(), participants.clone());
         let plain = measure(concurrency, warmup, duration, move |worker, n| {
             let (c, parts) = (c.clone(), parts.clone());
@@ -193,6 +218,13 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
             }
         })
         .await;
+        let cpu_after_plain = cpu_now();
+        let per = |before, after, completed| {
+            super::cpu::micros_per_tx(before, after, completed)
+                .map_or("-".to_string(), |us| format!("{us:.0}"))
+        };
+        let cpu_saga = per(cpu_before_sagas, cpu_after_sagas, saga.completed);
+        let cpu_plain = per(cpu_after_sagas, cpu_after_plain, plain.completed);
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
         let ratio = if plain.per_s > 0.0 {
             format!("{:.2}", saga.per_s / plain.per_s)
@@ -200,14 +232,16 @@ pub async fn run(concurrencies: &[usize], seconds: f64) -> Result<()> {
             "-".into()
         };
         println!(
-            "{concurrency:>11} {:>10.0} {:>9} {:>9} {:>10.0} {:>9} {:>9} {:>8}",
+            "{concurrency:>11} {:>10.0} {:>9} {:>9} {:>10.0} {:>9} {:>9} {:>8} {:>11} {:>11}",
             saga.per_s,
             f(saga.p50_ms),
             f(saga.p99_ms),
             plain.per_s,
             f(plain.p50_ms),
             f(plain.p99_ms),
-            ratio
+            ratio,
+            cpu_saga,
+            cpu_plain
         );
         if saga.failed + plain.failed > 0 {
             println!(
