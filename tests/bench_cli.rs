@@ -172,14 +172,7 @@ fn bench_sagas_measures_sagas_against_plain_calls_that_succeed() {
     // The plain calls go to the participants' peer routes: with the operator's token they were
     // all refused and the table printed 0 plain/s and no ratio, silently.
     let output = twopc()
-        .args([
-            "bench",
-            "--sagas",
-            "--concurrency",
-            "1,2",
-            "--seconds",
-            "0.3",
-        ])
+        .args(["bench", "--sagas", "--concurrency", "1,2", "--seconds", "1"])
         .env("NO_COLOR", "1")
         .output()
         .unwrap();

@@ -32,7 +32,8 @@
 //! - this file's run types ([`SimConfig`], [`Mutation`], [`RunStats`], [`Failure`]), `net`
 //!   (messages, events, the queue, the network's faults) and `disk` (a node's log as its disk
 //!   keeps it);
-//! - `io` (what one node step may do: send, arm timers, take notes for the trace);
+//! - `io` (what one node step may do: send, arm timers, take notes for the trace), and
+//!   `phase_items` (a phase message alone or as a batch's item, with where its answer goes);
 //! - `coordinator_node` and `participant_node`, the runtimes' contracts around the real
 //!   engines (`coordinator_node/` has a file per role), then `forger` (what an adversary
 //!   without the peer token can send);
@@ -57,6 +58,7 @@ mod io;
 mod net;
 mod operator;
 mod participant_node;
+mod phase_items;
 mod saga_reuse;
 mod saga_world;
 mod scheduler;

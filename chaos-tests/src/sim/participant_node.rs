@@ -24,12 +24,13 @@ use participant::kv::KvStore;
 use participant::record::Record;
 use participant::snapshot::Snapshot;
 use participant::{Command, Engine, EngineConfig, Event, Reply};
-use protocol::{Decision, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote};
+use protocol::{Decision, ErrorBody, ErrorCode, GlobalTxId, Vote};
 
 use super::Mutation;
 use super::disk::Disk;
 use super::io::Io;
-use super::net::{Body, Ev, Incarnation, LineAnswer, Msg, Node, RequestId, Timer};
+use super::net::{Body, Ev, Incarnation, Msg, Node, RequestId, Timer};
+pub use super::phase_items::{Item, ReplyTo, batch_items};
 
 /// How an attempt ended at a participant, as its log says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,103 +39,6 @@ pub enum Ended {
     Aborted,
     /// Voted no (a `Refused` record).
     Refused,
-}
-
-/// Where an answer goes: the HTTP call of a lone message, or a line of a batch call's answer.
-#[derive(Debug, Clone)]
-pub enum ReplyTo {
-    Call(RequestId, Incarnation),
-    Line {
-        batch: RequestId,
-        to: Incarnation,
-        index: usize,
-        gtid: GlobalTxId,
-    },
-}
-
-impl ReplyTo {
-    fn vote(self, answer: Result<Vote, ErrorBody>) -> Msg {
-        let body = match self {
-            ReplyTo::Call(rid, to) => Body::PrepareAnswer { rid, to, answer },
-            ReplyTo::Line {
-                batch,
-                to,
-                index,
-                gtid,
-            } => Body::BatchAnswer {
-                batch,
-                to,
-                index,
-                gtid,
-                answer: LineAnswer::Vote(answer),
-            },
-        };
-        Msg {
-            to: Some(Node::Coordinator),
-            body,
-        }
-    }
-
-    fn ack(self, answer: Result<(), ErrorBody>) -> Msg {
-        let body = match self {
-            ReplyTo::Call(rid, to) => Body::DecideAnswer { rid, to, answer },
-            ReplyTo::Line {
-                batch,
-                to,
-                index,
-                gtid,
-            } => Body::BatchAnswer {
-                batch,
-                to,
-                index,
-                gtid,
-                answer: LineAnswer::Ack(answer),
-            },
-        };
-        Msg {
-            to: Some(Node::Coordinator),
-            body,
-        }
-    }
-}
-
-/// One phase message, alone or an item of a batch, with where its answer goes.
-#[derive(Debug, Clone)]
-pub enum Item {
-    Prepare(ReplyTo, PrepareRequest),
-    Decide(ReplyTo, Decision, DecisionRequest),
-}
-
-/// A batch's items in the order they arrived, each answering on its own line (none for any
-/// other message).
-pub fn batch_items(body: Body) -> Vec<Item> {
-    match body {
-        Body::PrepareBatch { batch, from, items } => items
-            .into_iter()
-            .map(|(index, request)| {
-                let to = ReplyTo::Line {
-                    batch,
-                    to: from,
-                    index,
-                    gtid: request.gtid.clone(),
-                };
-                Item::Prepare(to, request)
-            })
-            .collect(),
-        Body::DecideBatch { batch, from, items } => items
-            .into_iter()
-            .map(|(index, decision, request)| {
-                let to = ReplyTo::Line {
-                    batch,
-                    to: from,
-                    index,
-                    gtid: request.gtid.clone(),
-                };
-                Item::Decide(to, decision, request)
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// What a checkpoint keeps: the engine's snapshot, and (for the checks) the outcomes of the
