@@ -4,7 +4,7 @@
 //! message of its own would have produced (`sends::voted`, `sends::delivered`).
 //!
 //! A lane is flushed by a task spawned when its first message arrives; every message queued
-//! before that task runs joins it. A lone transaction therefore waits for nothing but the
+//! before that task runs joins it, and a flush that finds one message sends it alone. A lone transaction therefore waits for nothing but the
 //! spawn that sending alone costs too, and under load a lane's batch is whatever the engine
 //! produced meanwhile (the prepares of one group commit, the decisions of one fsync). There is
 //! no limit on requests in flight, as there is none for messages of their own: an item waiting
@@ -130,6 +130,15 @@ impl Core {
             )
         };
         match (terms, endpoint) {
+            // A lone message goes on its own route, from this task: a batch of one would cost
+            // a streamed answer (a write per line and the end) and one more task for nothing.
+            (Terms::Batches { .. }, Some(_)) if prepares.len() + decisions.len() == 1 => {
+                if let Some(job) = prepares.into_iter().next() {
+                    self.prepare(job).await;
+                } else if let Some(job) = decisions.into_iter().next() {
+                    self.deliver(job).await;
+                }
+            }
             (Terms::Batches { max_items }, Some(endpoint)) => {
                 for batch in into_batches(prepares, max_items) {
                     tokio::spawn(Arc::clone(&self).prepare_batch(
