@@ -88,7 +88,7 @@ impl AddAssign for FaultCounts {
 
 /// Counters for each route.
 #[derive(Debug, Default)]
-pub(crate) struct RouteCounts([FaultCounts; 4]);
+pub(crate) struct RouteCounts([FaultCounts; 5]);
 
 impl RouteCounts {
     pub(crate) fn bump(&mut self, route: Route, counter: Counter) {

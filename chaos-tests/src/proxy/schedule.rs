@@ -6,21 +6,33 @@ use protocol::routes;
 /// The protocol route of one request, as the proxy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Route {
+    /// `/2pc/prepare`, or `/2pc/batch/prepare` (a batch of prepares: a fault takes them all).
     Prepare,
     Commit,
     Abort,
+    /// `/2pc/batch/decide`: commits and aborts in one request (issue 28); a rule for either
+    /// kind applies to the whole batch.
+    Decisions,
     /// Anything else (`/healthz`, `/v1/kv/...`): only `Scope::Any` rules apply to it.
     Other,
 }
 
 impl Route {
-    pub const ALL: [Route; 4] = [Route::Prepare, Route::Commit, Route::Abort, Route::Other];
+    pub const ALL: [Route; 5] = [
+        Route::Prepare,
+        Route::Commit,
+        Route::Abort,
+        Route::Decisions,
+        Route::Other,
+    ];
 
     /// The route of a request target (path with optional query).
     pub fn of_target(target: &str) -> Route {
         let path = target.split('?').next().unwrap_or(target);
-        if path == routes::PREPARE {
+        if path == routes::PREPARE || path == routes::BATCH_PREPARE {
             Route::Prepare
+        } else if path == routes::BATCH_DECIDE {
+            Route::Decisions
         } else if path == routes::COMMIT {
             Route::Commit
         } else if path == routes::ABORT {
@@ -35,7 +47,8 @@ impl Route {
             Route::Prepare => 0,
             Route::Commit => 1,
             Route::Abort => 2,
-            Route::Other => 3,
+            Route::Decisions => 3,
+            Route::Other => 4,
         }
     }
 }
@@ -54,8 +67,8 @@ impl Scope {
         match self {
             Scope::Any => true,
             Scope::Prepare => route == Route::Prepare,
-            Scope::Commit => route == Route::Commit,
-            Scope::Abort => route == Route::Abort,
+            Scope::Commit => matches!(route, Route::Commit | Route::Decisions),
+            Scope::Abort => matches!(route, Route::Abort | Route::Decisions),
         }
     }
 }
