@@ -65,13 +65,21 @@ fn prepared_here(url: &str) -> String {
     )
 }
 
-/// A participant named `bank` over `url`, serving `statements` (a statements file's JSON).
+/// The participant's name for `url`'s database: gids are the server's, not a database's, and
+/// the tests share one server in CI (`TWOPC_POSTGRES_URL`) and run at once, so each test's
+/// participant needs a name (and so gids) of its own.
+fn bank_name(url: &str) -> String {
+    format!("bank-{}", url.rsplit('/').next().unwrap_or("db"))
+}
+
+/// A participant named for `url`'s database over it, serving `statements` (a statements file's
+/// JSON).
 async fn participant(
     url: &str,
     statements: &str,
     configure: impl FnOnce(&mut PgConfig),
 ) -> PgParticipant<Statements> {
-    let mut config = PgConfig::new(url, "bank");
+    let mut config = PgConfig::new(url, bank_name(url));
     configure(&mut config);
     let specs = Statements::parse_file(statements.as_bytes()).unwrap();
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -293,7 +301,7 @@ fn a_gid_prepared_in_another_database_is_not_ours() {
     let ours = server.create_database("ours");
     let theirs = server.create_database("theirs");
     seed_accounts(&ours, 2, 100);
-    let gid = format!("twopc:bank:{}", gtid(1));
+    let gid = format!("twopc:{}:{}", bank_name(&ours), gtid(1));
     query(
         &theirs,
         &format!(
