@@ -7,7 +7,8 @@
 //! their forced records are submitted together and share the log's fsyncs. The answer streams
 //! one line per item as each becomes ready: a prepare queued behind a lock holds back no other
 //! item's answer. Items run to their end even if the sender goes away, as a lone prepare's
-//! queued wait does. The PostgreSQL backend serves the same routes through [`stream_answers`].
+//! queued wait does. The PostgreSQL backend serves the same routes through [`answer_prepares`] and
+//! [`answer_decisions`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,7 +24,9 @@ use protocol::batch::{
     BatchAnswer, BatchCapability, Capabilities, DecisionBatch, NDJSON, PrepareBatch,
 };
 use protocol::limits::{BATCH_BODY_BYTES_MAX, BATCH_ITEMS_MAX};
-use protocol::{AckResponse, Decision, ErrorBody, ErrorCode, GlobalTxId};
+use protocol::{
+    AckResponse, Decision, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote,
+};
 
 use crate::api_error::{ApiError, json_body};
 use crate::crash::{self, crash_point};
@@ -142,6 +145,52 @@ pub(crate) async fn capabilities() -> axum::Json<Capabilities> {
     axum::Json(offered())
 }
 
+/// Answers a batch of prepares: `prepare` runs one as `/2pc/prepare` alone would.
+pub fn answer_prepares<P, F, E>(batch: PrepareBatch, prepare: P) -> Response
+where
+    P: Fn(PrepareRequest) -> F,
+    F: Future<Output = Result<Vote, E>> + Send + 'static,
+    ApiError: From<E>,
+{
+    let items = batch
+        .prepares
+        .into_iter()
+        .map(|request| {
+            let gtid = request.gtid.clone();
+            let vote = prepare(request);
+            let answer = async move {
+                serde_json::to_value(vote.await?)
+                    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+            };
+            (gtid, answer)
+        })
+        .collect();
+    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE)
+}
+
+/// Answers a batch of decisions: `decide` runs one as `/2pc/commit` or `/2pc/abort` alone would.
+pub fn answer_decisions<D, F, E>(batch: DecisionBatch, decide: D) -> Response
+where
+    D: Fn(Decision, DecisionRequest) -> F,
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    ApiError: From<E>,
+{
+    let items = batch
+        .decisions
+        .into_iter()
+        .map(|item| {
+            let gtid = item.request.gtid.clone();
+            let decided = decide(item.decision, item.request);
+            let answer = async move {
+                decided.await?;
+                Ok(serde_json::json!(AckResponse { ack: true }))
+            };
+            (gtid, answer)
+        })
+        .collect();
+    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE)
+}
+
 pub(crate) async fn batch_prepare<R: Resource>(
     State(participant): State<Participant<R>>,
     headers: HeaderMap,
@@ -150,21 +199,10 @@ pub(crate) async fn batch_prepare<R: Resource>(
     let batch: PrepareBatch = batch_body(&headers, body)?;
     check_items(batch.prepares.len())?;
     participant.metrics().count_batch(batch.prepares.len());
-    let items = batch
-        .prepares
-        .into_iter()
-        .map(|request| {
-            let participant = participant.clone();
-            let gtid = request.gtid.clone();
-            let answer = async move {
-                let vote = participant.prepare(request).await?;
-                serde_json::to_value(vote)
-                    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
-            };
-            (gtid, answer)
-        })
-        .collect();
-    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+    Ok(answer_prepares(batch, move |request| {
+        let participant = participant.clone();
+        async move { participant.prepare(request).await }
+    }))
 }
 
 pub(crate) async fn batch_decide<R: Resource>(
@@ -175,21 +213,13 @@ pub(crate) async fn batch_decide<R: Resource>(
     let batch: DecisionBatch = batch_body(&headers, body)?;
     check_items(batch.decisions.len())?;
     participant.metrics().count_batch(batch.decisions.len());
-    let items = batch
-        .decisions
-        .into_iter()
-        .map(|item| {
-            let participant = participant.clone();
-            let gtid = item.request.gtid.clone();
-            let answer = async move {
-                match item.decision {
-                    Decision::Commit => participant.commit(item.request).await?,
-                    Decision::Abort => participant.abort(item.request).await?,
-                }
-                Ok(serde_json::json!(AckResponse { ack: true }))
-            };
-            (gtid, answer)
-        })
-        .collect();
-    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+    Ok(answer_decisions(batch, move |decision, request| {
+        let participant = participant.clone();
+        async move {
+            match decision {
+                Decision::Commit => participant.commit(request).await,
+                Decision::Abort => participant.abort(request).await,
+            }
+        }
+    }))
 }

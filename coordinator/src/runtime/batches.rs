@@ -246,11 +246,7 @@ impl Core {
                 },
             )
             .await;
-        let unanswered: Vec<(usize, PrepareJob)> = slots
-            .into_iter()
-            .enumerate()
-            .filter_map(|(index, job)| job.map(|job| (index, job)))
-            .collect();
+        let unanswered = unanswered(slots);
         if unanswered.is_empty() {
             return;
         }
@@ -322,11 +318,7 @@ impl Core {
                 },
             )
             .await;
-        let unanswered: Vec<(usize, DecisionJob)> = slots
-            .into_iter()
-            .enumerate()
-            .filter_map(|(index, job)| job.map(|job| (index, job)))
-            .collect();
+        let unanswered = unanswered(slots);
         if unanswered.is_empty() {
             return;
         }
@@ -348,6 +340,15 @@ impl Core {
             self.delivered(job, epochs[index], result);
         }
     }
+}
+
+/// The jobs whose answer line never came, with their index in the batch.
+fn unanswered<T>(slots: Vec<Option<T>>) -> Vec<(usize, T)> {
+    slots
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, job)| job.map(|job| (index, job)))
+        .collect()
 }
 
 /// Splits `jobs` into batches of at most `max_items`, in order.

@@ -22,8 +22,7 @@ use super::in_doubt::PgPreparedList;
 use super::metrics::PgMetrics;
 use super::work::PgWork;
 use crate::api_error::{ApiError, json_body};
-use crate::batch_http::{batch_body, check_items, stream_answers};
-use crate::crash;
+use crate::batch_http::{answer_decisions, answer_prepares, batch_body, check_items};
 
 impl<W: PgWork> PgParticipant<W> {
     /// The routes; pass the router through [`crate::finish`].
@@ -187,21 +186,10 @@ async fn batch_prepare<W: PgWork>(
     let batch: PrepareBatch = batch_body(&headers, body)?;
     check_items(batch.prepares.len())?;
     participant.count_batch(batch.prepares.len());
-    let items = batch
-        .prepares
-        .into_iter()
-        .map(|request| {
-            let participant = participant.clone();
-            let gtid = request.gtid.clone();
-            let answer = async move {
-                let vote = participant.prepare(request).await?;
-                serde_json::to_value(vote)
-                    .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
-            };
-            (gtid, answer)
-        })
-        .collect();
-    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+    Ok(answer_prepares(batch, move |request| {
+        let participant = participant.clone();
+        async move { participant.prepare(request).await }
+    }))
 }
 
 /// `POST /2pc/batch/decide`: each item runs as `/2pc/commit` or `/2pc/abort` alone would; the
@@ -214,23 +202,15 @@ async fn batch_decide<W: PgWork>(
     let batch: DecisionBatch = batch_body(&headers, body)?;
     check_items(batch.decisions.len())?;
     participant.count_batch(batch.decisions.len());
-    let items = batch
-        .decisions
-        .into_iter()
-        .map(|item| {
-            let participant = participant.clone();
-            let gtid = item.request.gtid.clone();
-            let answer = async move {
-                match item.decision {
-                    Decision::Commit => participant.commit(item.request).await?,
-                    Decision::Abort => participant.abort(item.request).await?,
-                }
-                Ok(serde_json::json!(AckResponse { ack: true }))
-            };
-            (gtid, answer)
-        })
-        .collect();
-    Ok(stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE))
+    Ok(answer_decisions(batch, move |decision, request| {
+        let participant = participant.clone();
+        async move {
+            match decision {
+                Decision::Commit => participant.commit(request).await,
+                Decision::Abort => participant.abort(request).await,
+            }
+        }
+    }))
 }
 
 async fn prepared<W: PgWork>(
