@@ -132,6 +132,9 @@ pub enum ErrorCode {
     FenceChanged,
     /// An operator's fence reset that would not lower the highest token.
     InvalidReset,
+    /// A write whose `check` op found its key at another version (a workflow transition from a
+    /// state the aggregate is no longer in): nothing was written and no intent recorded.
+    ConditionFailed,
 }
 
 impl ErrorCode {
@@ -189,6 +192,7 @@ impl ErrorCode {
             ErrorCode::TokenTooHigh => 409,
             ErrorCode::FenceChanged => 409,
             ErrorCode::InvalidReset => 422,
+            ErrorCode::ConditionFailed => 409,
         }
     }
 
@@ -246,6 +250,7 @@ impl ErrorCode {
             ErrorCode::TokenTooHigh => "token_too_high",
             ErrorCode::FenceChanged => "fence_changed",
             ErrorCode::InvalidReset => "invalid_reset",
+            ErrorCode::ConditionFailed => "condition_failed",
         }
     }
 }
@@ -352,6 +357,7 @@ mod tests {
             ErrorCode::TokenTooHigh,
             ErrorCode::FenceChanged,
             ErrorCode::InvalidReset,
+            ErrorCode::ConditionFailed,
         ];
         for code in all {
             let json = serde_json::to_string(&code).unwrap();

@@ -10,7 +10,8 @@
 //!    call what).
 //! 2. `ids`.
 //! 3. `messages` (prepare, decision, vote), then `batch` (many of them in one request),
-//!    `lease`, `fence_proof`, `cross_site`.
+//!    `lease`, `fence_proof`, `cross_site`, then `outbox` (a write's next intents and their
+//!    delivery).
 //! 4. `transaction` (the client's request and answers), then `digest` (the idempotency digest
 //!    of a request).
 //! 5. `saga` (the saga wire types, including a saga's hand resolution).
@@ -29,6 +30,7 @@ pub mod lease;
 pub mod limits;
 pub mod messages;
 pub mod operator;
+pub mod outbox;
 pub mod routes;
 pub mod saga;
 pub mod transaction;

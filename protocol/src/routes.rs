@@ -75,6 +75,21 @@ pub const BATCH_DECIDE: &str = "/2pc/batch/decide";
 
 /// Reference participant: committed value of one key. Axum path syntax.
 pub const KV_KEY: &str = "/v1/kv/{key}";
+/// Reference participant: a write of several ops under an op id, with its next intents
+/// (`protocol::outbox::WriteRequest`).
+pub const KV_WRITE: &str = "/v1/kv";
+/// Participant: the outbox, in write order (`?state=&aggregate=&limit=`).
+pub const OUTBOX: &str = "/v1/outbox";
+/// Participant: one intent. Axum path syntax.
+pub const OUTBOX_INTENT: &str = "/v1/outbox/{event_id}";
+/// Participant, relays: the receiver answered for this intent (forced before the answer).
+pub const OUTBOX_DELIVERED: &str = "/v1/outbox/{event_id}/delivered";
+/// Participant, relays: an attempt that delivered nothing known.
+pub const OUTBOX_ATTEMPT: &str = "/v1/outbox/{event_id}/attempt";
+/// Participant, operators: a failed intent back to pending (audited).
+pub const OUTBOX_RETRY: &str = "/v1/outbox/{event_id}/retry";
+/// Participant, operators: an intent marked delivered or abandoned by hand (audited).
+pub const OUTBOX_MARK: &str = "/v1/outbox/{event_id}/mark";
 /// Reference participant: in-doubt transactions.
 pub const PREPARED: &str = "/v1/prepared";
 /// Participant: what it holds of one attempt (operators' evidence). Axum path syntax.

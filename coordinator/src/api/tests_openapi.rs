@@ -218,7 +218,7 @@ fn error_codes(doc: &Value, response: &Value) -> Option<BTreeSet<String>> {
 }
 
 /// Codes only participants answer with (docs/participants.md): never in a coordinator answer.
-const PARTICIPANT_ONLY: [ErrorCode; 13] = [
+const PARTICIPANT_ONLY: [ErrorCode; 14] = [
     ErrorCode::StaleEpoch,
     ErrorCode::NotPrepared,
     ErrorCode::IncarnationConflict,
@@ -232,6 +232,7 @@ const PARTICIPANT_ONLY: [ErrorCode; 13] = [
     ErrorCode::FenceChanged,
     ErrorCode::InvalidReset,
     ErrorCode::CoordinatorIdRequired,
+    ErrorCode::ConditionFailed,
 ];
 
 #[test]
