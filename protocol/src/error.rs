@@ -135,6 +135,9 @@ pub enum ErrorCode {
     /// A write whose `check` op found its key at another version (a workflow transition from a
     /// state the aggregate is no longer in): nothing was written and no intent recorded.
     ConditionFailed,
+    /// A relay's delivery report for an intent whose aggregate still has an earlier intent open:
+    /// intents of one aggregate are delivered in order, so the claim is refused.
+    IntentOutOfOrder,
 }
 
 impl ErrorCode {
@@ -193,6 +196,7 @@ impl ErrorCode {
             ErrorCode::FenceChanged => 409,
             ErrorCode::InvalidReset => 422,
             ErrorCode::ConditionFailed => 409,
+            ErrorCode::IntentOutOfOrder => 409,
         }
     }
 
@@ -251,6 +255,7 @@ impl ErrorCode {
             ErrorCode::FenceChanged => "fence_changed",
             ErrorCode::InvalidReset => "invalid_reset",
             ErrorCode::ConditionFailed => "condition_failed",
+            ErrorCode::IntentOutOfOrder => "intent_out_of_order",
         }
     }
 }
@@ -358,6 +363,7 @@ mod tests {
             ErrorCode::FenceChanged,
             ErrorCode::InvalidReset,
             ErrorCode::ConditionFailed,
+            ErrorCode::IntentOutOfOrder,
         ];
         for code in all {
             let json = serde_json::to_string(&code).unwrap();

@@ -218,7 +218,7 @@ fn error_codes(doc: &Value, response: &Value) -> Option<BTreeSet<String>> {
 }
 
 /// Codes only participants answer with (docs/participants.md): never in a coordinator answer.
-const PARTICIPANT_ONLY: [ErrorCode; 14] = [
+const PARTICIPANT_ONLY: [ErrorCode; 15] = [
     ErrorCode::StaleEpoch,
     ErrorCode::NotPrepared,
     ErrorCode::IncarnationConflict,
@@ -233,6 +233,7 @@ const PARTICIPANT_ONLY: [ErrorCode; 14] = [
     ErrorCode::InvalidReset,
     ErrorCode::CoordinatorIdRequired,
     ErrorCode::ConditionFailed,
+    ErrorCode::IntentOutOfOrder,
 ];
 
 #[test]
