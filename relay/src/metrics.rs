@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+
 /// How a delivery ended, as the `result` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
@@ -44,61 +45,52 @@ impl Metrics {
         *deliveries.entry((target.to_string(), outcome)).or_insert(0) += 1;
     }
 
-    /// The Prometheus text of every counter. Each configured target shows every result, at 0
-    /// until it happens, so a rate over it is defined from the first scrape.
+    /// The Prometheus text of every counter (net's exposition, as every twopc server). Each
+    /// configured target shows every result, at 0 until it happens, so a rate over it is
+    /// defined from the first scrape.
     pub fn text(&self, targets: &[String]) -> String {
         let deliveries = self
             .deliveries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let mut out = String::new();
-        out.push_str(
-            "# HELP twopc_relay_deliveries_total Deliveries by target and result (delivered, unknown, failed).\n\
-             # TYPE twopc_relay_deliveries_total counter\n",
-        );
         let mut names: Vec<&String> = targets.iter().collect();
         for (target, _) in deliveries.keys() {
             if !names.contains(&target) {
                 names.push(target);
             }
         }
-        for target in names {
-            for outcome in Outcome::ALL {
-                let value = deliveries
-                    .get(&(target.clone(), outcome))
-                    .copied()
-                    .unwrap_or(0);
-                out.push_str(&format!(
-                    "twopc_relay_deliveries_total{{target=\"{}\",result=\"{}\"}} {value}\n",
-                    escape(target),
-                    outcome.as_str()
-                ));
-            }
-        }
-        out.push_str(&format!(
-            "# HELP twopc_relay_in_flight Deliveries in flight now.\n\
-             # TYPE twopc_relay_in_flight gauge\n\
-             twopc_relay_in_flight {}\n",
-            self.in_flight.load(Ordering::Relaxed)
-        ));
-        out.push_str(&format!(
-            "# HELP twopc_relay_reports_refused_total Reports a participant refused (409 or 404): the relay listed again.\n\
-             # TYPE twopc_relay_reports_refused_total counter\n\
-             twopc_relay_reports_refused_total {}\n",
-            self.reports_refused.load(Ordering::Relaxed)
-        ));
-        out
+        let samples: Vec<([&str; 2], u64)> = names
+            .iter()
+            .flat_map(|target| {
+                Outcome::ALL.map(|outcome| {
+                    let value = deliveries
+                        .get(&((*target).clone(), outcome))
+                        .copied()
+                        .unwrap_or(0);
+                    ([target.as_str(), outcome.as_str()], value)
+                })
+            })
+            .collect();
+        let mut out = net::exposition::Exposition::default();
+        out.counters_by_pair(
+            "twopc_relay_deliveries_total",
+            "Delivery attempts by target and result (delivered, unknown, failed)",
+            ["target", "result"],
+            samples,
+        );
+        out.gauge(
+            "twopc_relay_in_flight",
+            "Deliveries in flight now",
+            self.in_flight.load(Ordering::Relaxed),
+        );
+        out.counter_of(
+            "twopc_relay_reports_refused_total",
+            "Reports a participant refused (409 or 404); the relay listed its outbox again",
+            &self.reports_refused,
+        );
+        out.text()
     }
-}
-
-/// A label value as the text format wants it (target names are ids, but an unknown target
-/// named by an intent is counted too).
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
