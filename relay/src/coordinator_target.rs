@@ -52,7 +52,7 @@ impl Coordinators {
     }
 
     /// One delivery attempt: submit under `event_id`, and wait for a final outcome until
-    /// `deadline` (the attempt's time).
+    /// `time` is up (the attempt's time).
     pub async fn deliver(&self, kind: Kind, event_id: &str, body: &Value, time: Duration) -> Answer {
         let request = match with_id(body, event_id) {
             Ok(request) => request,
@@ -204,40 +204,5 @@ fn text(body: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn the_event_id_becomes_the_id_and_another_id_is_refused() {
-        let body = json!({"participants": [{"name": "payments", "payload": {}}]});
-        assert_eq!(with_id(&body, "evt-1").unwrap()["id"], "evt-1");
-        assert!(with_id(&json!({"id": "evt-1", "steps": []}), "evt-1").is_ok());
-        assert!(with_id(&json!({"id": "other"}), "evt-1").is_err());
-        assert!(with_id(&json!([1]), "evt-1").is_err());
-    }
-
-    #[test]
-    fn final_outcomes_deliver_and_the_rest_is_asked_again() {
-        let committed = br#"{"id":"e","outcome":"committed"}"#;
-        assert!(matches!(
-            classify(Kind::Transaction, StatusCode::OK, committed),
-            Some(Answer::Delivered(_))
-        ));
-        let running = br#"{"id":"e","state":"running"}"#;
-        assert_eq!(classify(Kind::Saga, StatusCode::ACCEPTED, running), None);
-        let done = br#"{"id":"e","state":"compensated"}"#;
-        assert!(matches!(classify(Kind::Saga, StatusCode::OK, done), Some(Answer::Delivered(_))));
-        let conflict = br#"{"error":"id_conflict","message":"exists"}"#;
-        assert!(matches!(
-            classify(Kind::Transaction, StatusCode::CONFLICT, conflict),
-            Some(Answer::Refused(_))
-        ));
-        let overloaded = br#"{"error":"overloaded","message":"busy"}"#;
-        assert_eq!(classify(Kind::Transaction, StatusCode::SERVICE_UNAVAILABLE, overloaded), None);
-        assert!(matches!(
-            classify(Kind::Transaction, StatusCode::UNPROCESSABLE_ENTITY, b"{}"),
-            Some(Answer::Refused(_))
-        ));
-    }
-}
+#[path = "coordinator_target_tests.rs"]
+mod tests;
