@@ -155,7 +155,8 @@ async fn take(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     if key.as_deref() != Some(delivery.event_id.as_str()) {
-        let error = json!({"error": "invalid_id", "message": "the Idempotency-Key must be the event_id"});
+        let error =
+            json!({"error": "invalid_id", "message": "the Idempotency-Key must be the event_id"});
         return (StatusCode::BAD_REQUEST, Json(error));
     }
     // The effect and its answer are recorded together, before any answer is given: a repeat
@@ -177,9 +178,14 @@ async fn take(
                     "authorization": format!("auth-{}", delivery.event_id),
                     "status": "authorized",
                 });
-                book.answers.insert(delivery.event_id.clone(), answer.clone());
+                book.answers
+                    .insert(delivery.event_id.clone(), answer.clone());
                 *book.effects.entry(delivery.event_id.clone()).or_insert(0) += 1;
-                let applied = (delivery.aggregate.clone(), delivery.seq, delivery.event_id.clone());
+                let applied = (
+                    delivery.aggregate.clone(),
+                    delivery.seq,
+                    delivery.event_id.clone(),
+                );
                 book.applied.push(applied);
                 answer
             }

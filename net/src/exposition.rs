@@ -280,7 +280,12 @@ mod tests {
     #[test]
     fn a_counter_family_may_differ_in_two_labels() {
         let mut out = Exposition::default();
-        out.counters_by_pair("r_total", "By two", ["target", "result"], [(["p", "ok"], 2)]);
+        out.counters_by_pair(
+            "r_total",
+            "By two",
+            ["target", "result"],
+            [(["p", "ok"], 2)],
+        );
         assert_eq!(
             out.text(),
             "# HELP r_total By two.\n# TYPE r_total counter\nr_total{target=\"p\",result=\"ok\"} 2\n"

@@ -29,7 +29,10 @@ pub struct Args {
     /// Where intents naming a target go: `NAME=URL` (an HTTP receiver; the URL is POSTed),
     /// `NAME=coordinator-transactions` or `NAME=coordinator-sagas` (submitted to
     /// `--coordinator` under the event's id); repeatable. Nothing else is ever called.
-    #[arg(long = "target", value_name = "NAME=URL|NAME=coordinator-transactions|NAME=coordinator-sagas")]
+    #[arg(
+        long = "target",
+        value_name = "NAME=URL|NAME=coordinator-transactions|NAME=coordinator-sagas"
+    )]
     pub targets: Vec<String>,
     /// The coordinator, or every coordinator of its group, comma-separated (tried in turn
     /// when one cannot be reached or answers 503 not_leader).
@@ -66,7 +69,10 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("twopc relay: cannot start the async runtime: {e}");
@@ -96,11 +102,18 @@ pub enum StartError {
     #[error("cannot build an HTTP client: {0}")]
     Reqwest(#[from] reqwest::Error),
     #[error("cannot listen on {addr}: {error}")]
-    Listen { addr: SocketAddr, error: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
 }
 
 async fn run(args: Args) -> Result<(), StartError> {
-    let routes = Routes::parse(&args.participants, &args.targets, args.coordinator.as_deref())?;
+    let routes = Routes::parse(
+        &args.participants,
+        &args.targets,
+        args.coordinator.as_deref(),
+    )?;
     let tls = args.tls_ca.as_deref().map(net::client_config).transpose()?;
     let attempt_timeout = Duration::from_millis(args.attempt_timeout_ms.max(1));
     let limits = net::Limits::service(attempt_timeout);

@@ -53,7 +53,13 @@ impl Coordinators {
 
     /// One delivery attempt: submit under `event_id`, and wait for a final outcome until
     /// `time` is up (the attempt's time).
-    pub async fn deliver(&self, kind: Kind, event_id: &str, body: &Value, time: Duration) -> Answer {
+    pub async fn deliver(
+        &self,
+        kind: Kind,
+        event_id: &str,
+        body: &Value,
+        time: Duration,
+    ) -> Answer {
         let request = match with_id(body, event_id) {
             Ok(request) => request,
             Err(problem) => return Answer::Refused(problem),
@@ -69,7 +75,10 @@ impl Coordinators {
 
     async fn submit_and_wait(&self, kind: Kind, event_id: &str, request: &Value) -> Answer {
         let (path, status_path) = match kind {
-            Kind::Transaction => (routes::TRANSACTIONS, format!("{}/{event_id}", routes::TRANSACTIONS)),
+            Kind::Transaction => (
+                routes::TRANSACTIONS,
+                format!("{}/{event_id}", routes::TRANSACTIONS),
+            ),
             Kind::Saga => (routes::SAGAS, format!("{}/{event_id}", routes::SAGAS)),
         };
         let mut last = match self.send(Method::POST, path, Some(request)).await {
@@ -92,7 +101,9 @@ impl Coordinators {
                 // Never arrived (or not yet visible): submitting again is the way on, under
                 // the same id, at the next attempt.
                 Ok((StatusCode::NOT_FOUND, _)) => {
-                    return Answer::Unknown(format!("{last}; the coordinator does not know {event_id}"));
+                    return Answer::Unknown(format!(
+                        "{last}; the coordinator does not know {event_id}"
+                    ));
                 }
                 Ok((status, body)) => last = format!("status read: {status}: {}", text(&body)),
                 Err(error) => last = error,
@@ -125,7 +136,8 @@ impl Coordinators {
                     continue;
                 }
             };
-            let (status, bytes) = match net::outbound::read_answer(response, ANSWER_BYTES_MAX).await {
+            let (status, bytes) = match net::outbound::read_answer(response, ANSWER_BYTES_MAX).await
+            {
                 Ok(answer) => answer,
                 Err(error) => {
                     said.push(format!("{base}: {error}"));
@@ -150,7 +162,9 @@ impl Coordinators {
 /// would deliver under an id that is not the event's).
 fn with_id(body: &Value, event_id: &str) -> Result<Value, String> {
     let Value::Object(fields) = body else {
-        return Err("the intent's body is not a JSON object (a transaction or saga request)".into());
+        return Err(
+            "the intent's body is not a JSON object (a transaction or saga request)".into(),
+        );
     };
     match fields.get("id") {
         None | Some(Value::Null) => {}
@@ -173,7 +187,10 @@ fn classify(kind: Kind, status: StatusCode, body: &[u8]) -> Option<Answer> {
         return final_status(kind, body);
     }
     let error = serde_json::from_slice::<ErrorBody>(body).ok();
-    if error.as_ref().is_some_and(|e| e.error == ErrorCode::IdConflict) {
+    if error
+        .as_ref()
+        .is_some_and(|e| e.error == ErrorCode::IdConflict)
+    {
         return Some(Answer::Refused(format!("id_conflict: {}", text(body))));
     }
     let unknown = status == StatusCode::REQUEST_TIMEOUT

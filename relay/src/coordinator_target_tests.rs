@@ -36,7 +36,11 @@ fn final_outcomes_deliver_and_the_rest_is_asked_again() {
     ));
     let overloaded = br#"{"error":"overloaded","message":"busy"}"#;
     assert_eq!(
-        classify(Kind::Transaction, StatusCode::SERVICE_UNAVAILABLE, overloaded),
+        classify(
+            Kind::Transaction,
+            StatusCode::SERVICE_UNAVAILABLE,
+            overloaded
+        ),
         None
     );
     assert!(matches!(
@@ -65,7 +69,10 @@ async fn serve(node: Node) -> String {
         )
     };
     let post_tx = move |State(n): State<Node>, Json(body): Json<Value>| async move {
-        n.seen.lock().unwrap().push((n.index, "POST".into(), "tx".into(), body.clone()));
+        n.seen
+            .lock()
+            .unwrap()
+            .push((n.index, "POST".into(), "tx".into(), body.clone()));
         if follower {
             return not_leader();
         }
@@ -85,14 +92,23 @@ async fn serve(node: Node) -> String {
         }
     };
     let post_saga = move |State(n): State<Node>, Json(body): Json<Value>| async move {
-        n.seen.lock().unwrap().push((n.index, "POST".into(), "saga".into(), body.clone()));
+        n.seen
+            .lock()
+            .unwrap()
+            .push((n.index, "POST".into(), "saga".into(), body.clone()));
         if follower {
             return not_leader();
         }
-        (StatusCode::ACCEPTED, Json(json!({"id": body["id"], "state": "running"})))
+        (
+            StatusCode::ACCEPTED,
+            Json(json!({"id": body["id"], "state": "running"})),
+        )
     };
     let get_saga = move |State(n): State<Node>, Path(id): Path<String>| async move {
-        n.seen.lock().unwrap().push((n.index, "GET".into(), id.clone(), Value::Null));
+        n.seen
+            .lock()
+            .unwrap()
+            .push((n.index, "GET".into(), id.clone(), Value::Null));
         if follower {
             return not_leader();
         }
@@ -125,26 +141,43 @@ async fn a_group_is_tried_in_turn_and_outcomes_are_waited_for_under_the_same_id(
         };
         urls.push(serve(node).await);
     }
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let mut group = Coordinators::new(client, urls);
     group.poll = Duration::from_millis(10);
     let time = Duration::from_secs(2);
     let request = json!({"participants": [{"name": "payments", "payload": {"amount": 5}}]});
 
-    let answer = group.deliver(Kind::Transaction, "evt-1", &request, time).await;
-    assert_eq!(answer, Answer::Delivered(json!({"id": "evt-1", "outcome": "committed"})));
+    let answer = group
+        .deliver(Kind::Transaction, "evt-1", &request, time)
+        .await;
+    assert_eq!(
+        answer,
+        Answer::Delivered(json!({"id": "evt-1", "outcome": "committed"}))
+    );
     let posts: Vec<(usize, Value)> = seen
         .lock()
         .unwrap()
         .iter()
         .map(|(i, _, _, body)| (*i, body["id"].clone()))
         .collect();
-    assert_eq!(posts, [(0, json!("evt-1")), (1, json!("evt-1"))], "the follower, then the leader");
+    assert_eq!(
+        posts,
+        [(0, json!("evt-1")), (1, json!("evt-1"))],
+        "the follower, then the leader"
+    );
 
     // The leader is asked first from now on.
     seen.lock().unwrap().clear();
-    let answer = group.deliver(Kind::Saga, "evt-2", &json!({"steps": []}), time).await;
-    assert_eq!(answer, Answer::Delivered(json!({"id": "evt-2", "state": "completed"})));
+    let answer = group
+        .deliver(Kind::Saga, "evt-2", &json!({"steps": []}), time)
+        .await;
+    assert_eq!(
+        answer,
+        Answer::Delivered(json!({"id": "evt-2", "state": "completed"}))
+    );
     let calls: Vec<(usize, String, String)> = seen
         .lock()
         .unwrap()
@@ -160,12 +193,24 @@ async fn a_group_is_tried_in_turn_and_outcomes_are_waited_for_under_the_same_id(
         ]
     );
 
-    let answer = group.deliver(Kind::Transaction, "evt-conflict", &request, time).await;
+    let answer = group
+        .deliver(Kind::Transaction, "evt-conflict", &request, time)
+        .await;
     assert!(matches!(answer, Answer::Refused(e) if e.contains("id_conflict")));
     let answer = group
-        .deliver(Kind::Transaction, "evt-slow", &request, Duration::from_millis(300))
+        .deliver(
+            Kind::Transaction,
+            "evt-slow",
+            &request,
+            Duration::from_millis(300),
+        )
         .await;
     assert!(matches!(answer, Answer::Unknown(_)), "{answer:?}");
-    let answer = group.deliver(Kind::Transaction, "evt-3", &json!({"id": "x"}), time).await;
-    assert!(matches!(answer, Answer::Refused(_)), "never under another id");
+    let answer = group
+        .deliver(Kind::Transaction, "evt-3", &json!({"id": "x"}), time)
+        .await;
+    assert!(
+        matches!(answer, Answer::Refused(_)),
+        "never under another id"
+    );
 }

@@ -13,7 +13,12 @@ use crate::targets::Answer;
 const ANSWER_BYTES_MAX: usize = 64 << 10;
 
 /// One delivery attempt of `entry` (from `source`'s outbox) to `url`.
-pub async fn deliver(client: &reqwest::Client, url: &str, source: &str, entry: &OutboxEntry) -> Answer {
+pub async fn deliver(
+    client: &reqwest::Client,
+    url: &str,
+    source: &str,
+    entry: &OutboxEntry,
+) -> Answer {
     let delivery = Delivery {
         event_id: entry.event_id.clone(),
         aggregate: entry.aggregate.clone(),
@@ -64,14 +69,23 @@ mod tests {
             classify(StatusCode::OK, br#"{"authorized":true}"#),
             Answer::Delivered(json!({"authorized": true}))
         );
-        assert_eq!(classify(StatusCode::NO_CONTENT, b""), Answer::Delivered(Value::Null));
+        assert_eq!(
+            classify(StatusCode::NO_CONTENT, b""),
+            Answer::Delivered(Value::Null)
+        );
         for status in [408u16, 429, 500, 502, 503, 504] {
             let status = StatusCode::from_u16(status).unwrap();
-            assert!(matches!(classify(status, b"x"), Answer::Unknown(_)), "{status}");
+            assert!(
+                matches!(classify(status, b"x"), Answer::Unknown(_)),
+                "{status}"
+            );
         }
         for status in [400u16, 401, 403, 404, 409, 422] {
             let status = StatusCode::from_u16(status).unwrap();
-            assert!(matches!(classify(status, b"x"), Answer::Refused(_)), "{status}");
+            assert!(
+                matches!(classify(status, b"x"), Answer::Refused(_)),
+                "{status}"
+            );
         }
     }
 }

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-
 /// How a delivery ended, as the `result` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
@@ -104,8 +103,14 @@ mod tests {
         metrics.delivery("payments", Outcome::Delivered);
         metrics.delivery("odd\"one", Outcome::Unknown);
         let text = metrics.text(&["payments".into(), "shipping".into()]);
-        assert!(text.contains("twopc_relay_deliveries_total{target=\"payments\",result=\"delivered\"} 2\n"));
-        assert!(text.contains("twopc_relay_deliveries_total{target=\"shipping\",result=\"failed\"} 0\n"));
+        assert!(text.contains(
+            "twopc_relay_deliveries_total{target=\"payments\",result=\"delivered\"} 2\n"
+        ));
+        assert!(
+            text.contains(
+                "twopc_relay_deliveries_total{target=\"shipping\",result=\"failed\"} 0\n"
+            )
+        );
         assert!(text.contains("target=\"odd\\\"one\",result=\"unknown\"} 1\n"));
         assert!(text.contains("twopc_relay_in_flight 0\n"));
         assert!(text.contains("twopc_relay_reports_refused_total 0\n"));

@@ -25,7 +25,9 @@ pub async fn list(
         generation,
     };
     let answer = match client.get(&url).send().await {
-        Ok(response) => net::outbound::read_answer(response, net::outbound::SERVICE_ANSWER_BYTES_MAX * 16).await,
+        Ok(response) => {
+            net::outbound::read_answer(response, net::outbound::SERVICE_ANSWER_BYTES_MAX * 16).await
+        }
         Err(error) => {
             tracing::warn!(participant, %error, "the outbox listing failed");
             return failed;
@@ -61,7 +63,10 @@ pub async fn report_delivered(
     event_id: &str,
     answer: Value,
 ) -> ReportResult {
-    let url = format!("{base}{}", routes::OUTBOX_DELIVERED.replace("{event_id}", event_id));
+    let url = format!(
+        "{base}{}",
+        routes::OUTBOX_DELIVERED.replace("{event_id}", event_id)
+    );
     post(client, &url, &DeliveredReport { answer }).await
 }
 
@@ -73,7 +78,10 @@ pub async fn report_attempt(
     error: String,
     permanent: bool,
 ) -> ReportResult {
-    let url = format!("{base}{}", routes::OUTBOX_ATTEMPT.replace("{event_id}", event_id));
+    let url = format!(
+        "{base}{}",
+        routes::OUTBOX_ATTEMPT.replace("{event_id}", event_id)
+    );
     post(client, &url, &AttemptReport { error, permanent }).await
 }
 

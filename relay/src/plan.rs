@@ -105,9 +105,10 @@ pub enum ReportResult {
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// One attempt at the entry as listed (boxed: it is by far the largest command).
     Deliver {
         participant: String,
-        entry: OutboxEntry,
+        entry: Box<OutboxEntry>,
     },
     ReportDelivered {
         participant: String,
@@ -246,14 +247,28 @@ impl Planner {
                 event_id,
                 error,
                 jitter_permille,
-            } => self.unknown(now_ms, &participant, &event_id, error, jitter_permille, &mut out),
+            } => self.unknown(
+                now_ms,
+                &participant,
+                &event_id,
+                error,
+                jitter_permille,
+                &mut out,
+            ),
             Event::Reported {
                 participant,
                 event_id,
                 report,
                 result,
                 jitter_permille,
-            } => self.reported(now_ms, &participant, &event_id, report, result, jitter_permille),
+            } => self.reported(
+                now_ms,
+                &participant,
+                &event_id,
+                report,
+                result,
+                jitter_permille,
+            ),
         }
         self.dispatch(now_ms, &mut out);
         self.lists(&mut out);
@@ -410,9 +425,9 @@ impl Planner {
         let Some(participant) = self.participants.get_mut(name) else {
             return;
         };
-        let Some(aggregate) = participant.aggregates.values_mut().find(|a| {
-            matches!(&a.phase, Phase::Reporting { entry, .. } if entry.event_id == event_id)
-        }) else {
+        let Some(aggregate) = participant.aggregates.values_mut().find(
+            |a| matches!(&a.phase, Phase::Reporting { entry, .. } if entry.event_id == event_id),
+        ) else {
             // An attempt report (nothing waits for it), or a stale answer.
             if report == Report::Attempt && result == ReportResult::Refused {
                 participant.list_wanted = true;
@@ -480,7 +495,7 @@ impl Planner {
                 self.in_flight += 1;
                 out.push(Command::Deliver {
                     participant: name.clone(),
-                    entry: entry.clone(),
+                    entry: Box::new(entry.clone()),
                 });
                 aggregate.phase = Phase::Delivering { entry, attempt };
             }

@@ -54,7 +54,12 @@ fn started(config: Config) -> Planner {
     planner
 }
 
-fn listed(planner: &mut Planner, now: u64, generation: u64, entries: Vec<OutboxEntry>) -> Vec<Command> {
+fn listed(
+    planner: &mut Planner,
+    now: u64,
+    generation: u64,
+    entries: Vec<OutboxEntry>,
+) -> Vec<Command> {
     planner.step(
         now,
         Event::Listed {
@@ -114,14 +119,26 @@ fn only_each_aggregates_lowest_pending_intent_goes() {
             entry("c", 3, IntentState::Pending),
         ],
     );
-    assert_eq!(delivered_ids(&out), ["a-1", "c-3"], "b is held by its failed head");
+    assert_eq!(
+        delivered_ids(&out),
+        ["a-1", "c-3"],
+        "b is held by its failed head"
+    );
     assert_eq!(planner.in_flight(), 2);
 }
 
 #[test]
 fn the_next_seq_goes_only_after_the_report_is_accepted_and_a_later_listing_shows_it() {
     let mut planner = started(config());
-    listed(&mut planner, 1, 1, vec![entry("a", 1, IntentState::Pending), entry("a", 2, IntentState::Pending)]);
+    listed(
+        &mut planner,
+        1,
+        1,
+        vec![
+            entry("a", 1, IntentState::Pending),
+            entry("a", 2, IntentState::Pending),
+        ],
+    );
     let out = planner.step(2, delivered("a-1"));
     assert_eq!(
         out[0],
@@ -135,21 +152,43 @@ fn the_next_seq_goes_only_after_the_report_is_accepted_and_a_later_listing_shows
     // A poll's listing is asked for while the report is in flight.
     let out = planner.step(1000, Event::Tick);
     assert_eq!(list_generation(&out), Some(2));
-    let out = planner.step(1001, report("a-1", Report::Delivered, ReportResult::Accepted));
+    let out = planner.step(
+        1001,
+        report("a-1", Report::Delivered, ReportResult::Accepted),
+    );
     assert!(delivered_ids(&out).is_empty());
     assert_eq!(list_generation(&out), None, "one listing at a time");
     // It arrives after the report was accepted, still showing a-1: not trusted for "a".
-    let out = listed(&mut planner, 1002, 2, vec![entry("a", 1, IntentState::Pending)]);
+    let out = listed(
+        &mut planner,
+        1002,
+        2,
+        vec![entry("a", 1, IntentState::Pending)],
+    );
     assert!(delivered_ids(&out).is_empty());
-    assert_eq!(list_generation(&out), Some(3), "the report's own listing follows");
-    let out = listed(&mut planner, 1003, 3, vec![entry("a", 2, IntentState::Pending)]);
+    assert_eq!(
+        list_generation(&out),
+        Some(3),
+        "the report's own listing follows"
+    );
+    let out = listed(
+        &mut planner,
+        1003,
+        3,
+        vec![entry("a", 2, IntentState::Pending)],
+    );
     assert_eq!(delivered_ids(&out), ["a-2"]);
 }
 
 #[test]
 fn an_unknown_outcome_is_retried_under_the_same_event_id_after_a_backoff() {
     let mut planner = started(config());
-    listed(&mut planner, 0, 1, vec![entry("a", 1, IntentState::Pending)]);
+    listed(
+        &mut planner,
+        0,
+        1,
+        vec![entry("a", 1, IntentState::Pending)],
+    );
     let unknown = |jitter| Event::Unknown {
         participant: P.into(),
         event_id: "a-1".into(),
@@ -172,7 +211,10 @@ fn an_unknown_outcome_is_retried_under_the_same_event_id_after_a_backoff() {
     let out = planner.step(120, unknown(0));
     assert!(out.contains(&Command::SetTimer { at_ms: 220 }));
     // A delivered answer settles it; an unknown never reports delivered.
-    assert!(!out.iter().any(|c| matches!(c, Command::ReportDelivered { .. })));
+    assert!(
+        !out.iter()
+            .any(|c| matches!(c, Command::ReportDelivered { .. }))
+    );
 }
 
 #[test]
@@ -189,7 +231,15 @@ fn backoff_doubles_up_to_its_cap_and_jitter_spreads_the_upper_half() {
 #[test]
 fn a_permanent_refusal_reports_failed_and_holds_the_aggregate() {
     let mut planner = started(config());
-    listed(&mut planner, 0, 1, vec![entry("a", 1, IntentState::Pending), entry("a", 2, IntentState::Pending)]);
+    listed(
+        &mut planner,
+        0,
+        1,
+        vec![
+            entry("a", 1, IntentState::Pending),
+            entry("a", 2, IntentState::Pending),
+        ],
+    );
     let out = planner.step(
         1,
         Event::Refused {
@@ -210,22 +260,40 @@ fn a_permanent_refusal_reports_failed_and_holds_the_aggregate() {
         &mut planner,
         3,
         generation,
-        vec![entry("a", 1, IntentState::Failed), entry("a", 2, IntentState::Pending)],
+        vec![
+            entry("a", 1, IntentState::Failed),
+            entry("a", 2, IntentState::Pending),
+        ],
     );
-    assert!(delivered_ids(&out).is_empty(), "a failed head holds a-2 back");
+    assert!(
+        delivered_ids(&out).is_empty(),
+        "a failed head holds a-2 back"
+    );
 }
 
 #[test]
 fn a_failed_report_is_sent_again_and_a_refused_one_sends_back_to_a_listing() {
     let mut planner = started(config());
-    listed(&mut planner, 0, 1, vec![entry("a", 1, IntentState::Pending)]);
+    listed(
+        &mut planner,
+        0,
+        1,
+        vec![entry("a", 1, IntentState::Pending)],
+    );
     planner.step(1, delivered("a-1"));
     let out = planner.step(2, report("a-1", Report::Delivered, ReportResult::Failed));
     assert!(out.contains(&Command::SetTimer { at_ms: 52 }));
     let out = planner.step(52, Event::Tick);
-    assert!(out.iter().any(|c| matches!(c, Command::ReportDelivered { event_id, .. } if event_id == "a-1")));
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::ReportDelivered { event_id, .. } if event_id == "a-1"))
+    );
     let out = planner.step(53, report("a-1", Report::Delivered, ReportResult::Refused));
-    assert_eq!(list_generation(&out), Some(2), "a refusal sends back to a listing");
+    assert_eq!(
+        list_generation(&out),
+        Some(2),
+        "a refusal sends back to a listing"
+    );
 }
 
 #[test]
@@ -246,7 +314,11 @@ fn deliveries_in_flight_are_bounded_overall() {
     );
     assert_eq!(delivered_ids(&out), ["a-1", "b-1"]);
     let out = planner.step(1, delivered("a-1"));
-    assert_eq!(delivered_ids(&out), ["c-1"], "room made by a-1's answer goes to c");
+    assert_eq!(
+        delivered_ids(&out),
+        ["c-1"],
+        "room made by a-1's answer goes to c"
+    );
     assert_eq!(planner.in_flight(), 2);
 }
 
@@ -256,7 +328,15 @@ fn a_backoff_ends_early_when_a_listing_shows_the_intent_settled() {
         poll_ms: 10,
         ..config()
     });
-    listed(&mut planner, 0, 1, vec![entry("a", 1, IntentState::Pending), entry("a", 2, IntentState::Pending)]);
+    listed(
+        &mut planner,
+        0,
+        1,
+        vec![
+            entry("a", 1, IntentState::Pending),
+            entry("a", 2, IntentState::Pending),
+        ],
+    );
     planner.step(
         1,
         Event::Unknown {
@@ -271,7 +351,12 @@ fn a_backoff_ends_early_when_a_listing_shows_the_intent_settled() {
     assert!(delivered_ids(&out).is_empty());
     assert_eq!(list_generation(&out), Some(2));
     // An operator marked a-1 delivered: the fresh listing's head is a-2.
-    let out = listed(&mut planner, 11, 2, vec![entry("a", 2, IntentState::Pending)]);
+    let out = listed(
+        &mut planner,
+        11,
+        2,
+        vec![entry("a", 2, IntentState::Pending)],
+    );
     assert_eq!(delivered_ids(&out), ["a-2"]);
 }
 
@@ -280,6 +365,9 @@ fn results_for_deliveries_not_in_flight_change_nothing() {
     let mut planner = started(config());
     let before = planner.clone();
     let out = planner.step(1, delivered("zz-1"));
-    assert!(!out.iter().any(|c| matches!(c, Command::ReportDelivered { .. })));
+    assert!(
+        !out.iter()
+            .any(|c| matches!(c, Command::ReportDelivered { .. }))
+    );
     assert_eq!(planner.in_flight(), before.in_flight());
 }

@@ -40,7 +40,9 @@ pub async fn run(mut planner: Planner, wires: Arc<Wires>, shutdown: impl Future<
         if let Some(event) = next.take() {
             for command in planner.step(now_ms(), event) {
                 if let Command::SetTimer { at_ms } = command {
-                    timer = Some(tokio::time::Instant::from_std(start + Duration::from_millis(at_ms)));
+                    timer = Some(tokio::time::Instant::from_std(
+                        start + Duration::from_millis(at_ms),
+                    ));
                 } else {
                     tokio::spawn(execute(command, wires.clone(), events.clone()));
                 }
@@ -117,7 +119,13 @@ async fn execute(command: Command, wires: Arc<Wires>, events: mpsc::UnboundedSen
         } => {
             let result = match wires.routes.participants.get(&participant) {
                 Some(base) => {
-                    crate::outbox_client::report_delivered(&wires.participants, base, &event_id, answer).await
+                    crate::outbox_client::report_delivered(
+                        &wires.participants,
+                        base,
+                        &event_id,
+                        answer,
+                    )
+                    .await
                 }
                 None => ReportResult::Failed,
             };
@@ -131,8 +139,14 @@ async fn execute(command: Command, wires: Arc<Wires>, events: mpsc::UnboundedSen
         } => {
             let result = match wires.routes.participants.get(&participant) {
                 Some(base) => {
-                    crate::outbox_client::report_attempt(&wires.participants, base, &event_id, error, permanent)
-                        .await
+                    crate::outbox_client::report_attempt(
+                        &wires.participants,
+                        base,
+                        &event_id,
+                        error,
+                        permanent,
+                    )
+                    .await
                 }
                 None => ReportResult::Failed,
             };
@@ -148,7 +162,8 @@ async fn execute(command: Command, wires: Arc<Wires>, events: mpsc::UnboundedSen
             generation,
         } => match wires.routes.participants.get(&participant) {
             Some(base) => {
-                crate::outbox_client::list(&wires.participants, &participant, base, generation).await
+                crate::outbox_client::list(&wires.participants, &participant, base, generation)
+                    .await
             }
             None => Event::ListFailed {
                 participant,

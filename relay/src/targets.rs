@@ -209,12 +209,18 @@ mod tests {
     fn bad_configurations_are_refused() {
         let p = strings(&["orders=http://127.0.0.1:7201"]);
         let parse = |p: &[String], t: &[&str], c: Option<&str>| Routes::parse(p, &strings(t), c);
-        assert!(matches!(parse(&[], &[], None), Err(RoutesError::NoParticipant)));
+        assert!(matches!(
+            parse(&[], &[], None),
+            Err(RoutesError::NoParticipant)
+        ));
         assert!(matches!(
             parse(&p, &["x=coordinator-sagas"], None),
             Err(RoutesError::NoCoordinator(_))
         ));
-        assert!(matches!(parse(&p, &["x"], None), Err(RoutesError::NoEquals { .. })));
+        assert!(matches!(
+            parse(&p, &["x"], None),
+            Err(RoutesError::NoEquals { .. })
+        ));
         assert!(matches!(
             parse(&p, &["x=ftp://h/"], None),
             Err(RoutesError::BadUrl { .. })

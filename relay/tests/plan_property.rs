@@ -30,10 +30,24 @@ fn config() -> Config {
 /// lost instead (the shell's timeout turns every lost request or answer into that).
 #[derive(Debug, Clone)]
 enum Msg {
-    Deliver { incarnation: u32, entry: OutboxEntry },
-    List { incarnation: u32, generation: u64 },
-    Report { incarnation: u32, event_id: String, report: Report },
-    ToRelay { incarnation: u32, event: Event, if_lost: Event },
+    Deliver {
+        incarnation: u32,
+        entry: OutboxEntry,
+    },
+    List {
+        incarnation: u32,
+        generation: u64,
+    },
+    Report {
+        incarnation: u32,
+        event_id: String,
+        report: Report,
+    },
+    ToRelay {
+        incarnation: u32,
+        event: Event,
+        if_lost: Event,
+    },
 }
 
 impl Msg {
@@ -91,7 +105,12 @@ struct World {
 impl World {
     fn write(&mut self, aggregate: usize) {
         let aggregate = format!("agg-{aggregate}");
-        let seq = self.outbox.iter().filter(|e| e.aggregate == aggregate).count() as u64 + 1;
+        let seq = self
+            .outbox
+            .iter()
+            .filter(|e| e.aggregate == aggregate)
+            .count() as u64
+            + 1;
         self.outbox.push(OutboxEntry {
             event_id: format!("{aggregate}-{seq}"),
             aggregate,
@@ -130,14 +149,23 @@ impl World {
             let msg = match command {
                 Command::Deliver { participant, entry } => {
                     assert_eq!(participant, P);
-                    Msg::Deliver { incarnation, entry }
+                    Msg::Deliver {
+                        incarnation,
+                        entry: *entry,
+                    }
                 }
                 Command::List { generation, .. } => Msg::List {
                     incarnation,
                     generation,
                 },
-                Command::ReportDelivered { event_id, answer, .. } => {
-                    assert_eq!(answer, json!({"effect": event_id}), "the receiver's own answer");
+                Command::ReportDelivered {
+                    event_id, answer, ..
+                } => {
+                    assert_eq!(
+                        answer,
+                        json!({"effect": event_id}),
+                        "the receiver's own answer"
+                    );
                     Msg::Report {
                         incarnation,
                         event_id,
@@ -145,7 +173,9 @@ impl World {
                     }
                 }
                 Command::ReportAttempt {
-                    event_id, permanent, ..
+                    event_id,
+                    permanent,
+                    ..
                 } => {
                     assert!(!permanent, "this receiver never refuses");
                     Msg::Report {
@@ -207,7 +237,8 @@ impl World {
     /// The receiver: applies an event's effect the first time, answers the same every time.
     fn receive(&mut self, entry: &OutboxEntry) -> Event {
         let intent = self.outbox.iter().find(|e| e.event_id == entry.event_id);
-        let intent = intent.unwrap_or_else(|| panic!("delivered under an unknown id {}", entry.event_id));
+        let intent =
+            intent.unwrap_or_else(|| panic!("delivered under an unknown id {}", entry.event_id));
         assert_eq!(
             (&intent.aggregate, intent.seq, &intent.body),
             (&entry.aggregate, entry.seq, &entry.body),
@@ -257,9 +288,10 @@ impl World {
         if self.outbox[at].state == IntentState::Delivered {
             return answer(ReportResult::Accepted);
         }
-        let earlier_open = self.outbox.iter().any(|e| {
-            e.aggregate == aggregate && e.seq < seq && e.state != IntentState::Delivered
-        });
+        let earlier_open = self
+            .outbox
+            .iter()
+            .any(|e| e.aggregate == aggregate && e.seq < seq && e.state != IntentState::Delivered);
         if earlier_open {
             return answer(ReportResult::Refused);
         }
@@ -338,7 +370,11 @@ fn run(initial: &[usize], ops: &[Op]) {
     }
     // Faults stop: messages arrive in order, listings are fresh, time moves on.
     for _ in 0..20_000 {
-        if world.outbox.iter().all(|e| e.state == IntentState::Delivered) {
+        if world
+            .outbox
+            .iter()
+            .all(|e| e.state == IntentState::Delivered)
+        {
             break;
         }
         if world.network.is_empty() {

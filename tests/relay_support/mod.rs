@@ -16,9 +16,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use cluster::node::{Node, NodeSpec, free_port};
-use protocol::outbox::{
-    AttemptReport, DeliveredReport, IntentState, OutboxEntry, OutboxList,
-};
+use protocol::outbox::{AttemptReport, DeliveredReport, IntentState, OutboxEntry, OutboxList};
 use protocol::routes;
 use serde_json::{Value, json};
 
@@ -182,8 +180,14 @@ async fn list(State(shared): State<Shared>, headers: HeaderMap) -> (StatusCode, 
         .cloned()
         .collect();
     let list = OutboxList {
-        pending: open.iter().filter(|e| e.state == IntentState::Pending).count() as u64,
-        failed: open.iter().filter(|e| e.state == IntentState::Failed).count() as u64,
+        pending: open
+            .iter()
+            .filter(|e| e.state == IntentState::Pending)
+            .count() as u64,
+        failed: open
+            .iter()
+            .filter(|e| e.state == IntentState::Failed)
+            .count() as u64,
         intents: open,
         oldest_pending_age_ms: None,
         truncated: false,
@@ -208,15 +212,23 @@ async fn delivered(
     let (aggregate, seq) = (book.entries[at].aggregate.clone(), book.entries[at].seq);
     if book.entries[at].state != IntentState::Pending {
         book.reports.push((event_id, "delivered".into(), 200));
-        return (StatusCode::OK, Json(serde_json::to_value(&book.entries[at]).unwrap()));
+        return (
+            StatusCode::OK,
+            Json(serde_json::to_value(&book.entries[at]).unwrap()),
+        );
     }
-    let earlier_open = book.entries.iter().any(|e| {
-        e.aggregate == aggregate && e.seq < seq && e.state != IntentState::Delivered
-    });
+    let earlier_open = book
+        .entries
+        .iter()
+        .any(|e| e.aggregate == aggregate && e.seq < seq && e.state != IntentState::Delivered);
     if earlier_open {
         book.refused_out_of_order += 1;
         book.reports.push((event_id, "delivered".into(), 409));
-        return error(StatusCode::CONFLICT, "intent_out_of_order", "an earlier intent is open");
+        return error(
+            StatusCode::CONFLICT,
+            "intent_out_of_order",
+            "an earlier intent is open",
+        );
     }
     let entry = &mut book.entries[at];
     entry.state = IntentState::Delivered;
@@ -237,7 +249,11 @@ async fn attempt(
         return error(StatusCode::UNAUTHORIZED, "unauthorized", "no peer token");
     }
     let mut book = shared.book.lock().unwrap_or_else(PoisonError::into_inner);
-    let kind = if report.permanent { "permanent" } else { "attempt" };
+    let kind = if report.permanent {
+        "permanent"
+    } else {
+        "attempt"
+    };
     let Some(entry) = book.entries.iter_mut().find(|e| e.event_id == event_id) else {
         book.reports.push((event_id, kind.into(), 404));
         return error(StatusCode::NOT_FOUND, "not_found", "no such intent");
