@@ -36,6 +36,10 @@ pub enum FencedAnswer {
     Applied {
         token: u64,
         receipt: serde_json::Value,
+        /// The intents the write recorded, with their seqs (none for a plain fenced write,
+        /// and in answers kept before the outbox).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        intents: Vec<protocol::outbox::IntentRef>,
     },
     /// Refused, never applied.
     Stale(StaleToken),

@@ -197,7 +197,8 @@ impl<R: Resource> Participant<R> {
                 | Record::FencedWrite { .. }
                 | Record::FencedRepeat { .. }
                 | Record::FenceReset(_)
-                | Record::FencedStale { .. },
+                | Record::FencedStale { .. }
+                | Record::Intent { .. },
             ) => Durability::Forced,
         };
         self.inner
