@@ -31,8 +31,9 @@ pub use retention::FenceRetention;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum FencedAnswer {
-    /// Applied under `token`; `receipt` is what the resource said about the write
-    /// ([`crate::Resource::receipt`]).
+    /// Applied under `token` (0 for a write without a fence); `receipt` is what the resource
+    /// said about the write ([`crate::Resource::receipt`], or `write_receipt` for a
+    /// [`crate::Participant::write`]).
     Applied {
         token: u64,
         receipt: serde_json::Value,
