@@ -982,7 +982,8 @@ async fn participant_after_intent_delivered_logged() {
     assert_eq!(status, 200, "{written}");
     let relay = p.http_as(protocol::auth::Kind::Peer);
     let report = |answer: serde_json::Value| json!({ "answer": answer });
-    let url = |id: &str| format!("{}/v1/outbox/{id}/delivered", p.url());
+    let base = p.url();
+    let url = |id: &str| format!("{base}/v1/outbox/{id}/delivered");
     assert!(
         send(
             relay
