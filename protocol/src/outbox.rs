@@ -252,7 +252,10 @@ mod tests {
         };
         assert!(intent.check_ids().is_ok());
         intent.target = "http://evil.example/".into();
-        assert!(intent.check_ids().is_err(), "a target is a name, never a URL");
+        assert!(
+            intent.check_ids().is_err(),
+            "a target is a name, never a URL"
+        );
         intent.target = "payments".into();
         intent.event_id = "x".repeat(OUTBOX_ID_LEN_MAX + 1);
         assert!(intent.check_ids().is_err());
