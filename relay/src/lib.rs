@@ -14,7 +14,8 @@
 //! The files stand in floors, each importing only from what comes before it in this list (no
 //! circles; `tests/architecture.rs` checks):
 //!
-//! 1. the ground: [`plan`] (the pure planner), [`crash`] (the named crash point), [`metrics`];
+//! 1. the ground: `events` and `backoff` (the planner's vocabulary and waits), then [`plan`]
+//!    (the pure planner), [`crash`] (the named crash point), [`metrics`];
 //! 2. the wire: [`targets`] (what `--participant`, `--target` and `--coordinator` name), then
 //!    `outbox_client` (listings and reports), `http_target` (an HTTP receiver) and
 //!    `coordinator_target` (a transaction or saga under the event's id);
@@ -22,9 +23,11 @@
 //!    (`twopc relay`: flags, tokens, the /healthz and /metrics listener).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod backoff;
 pub mod cli;
 mod coordinator_target;
 pub mod crash;
+mod events;
 mod http_target;
 pub mod metrics;
 mod outbox_client;

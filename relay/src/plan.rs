@@ -24,6 +24,9 @@ use std::collections::BTreeMap;
 use protocol::outbox::{IntentState, OutboxEntry, OutboxList};
 use serde_json::Value;
 
+use crate::backoff::backoff_ms;
+pub use crate::events::{Command, Event, Report, ReportResult};
+
 /// How the relay paces itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -35,99 +38,6 @@ pub struct Config {
     pub backoff_max_ms: u64,
     /// Most deliveries in flight at once, over every participant.
     pub max_in_flight: usize,
-}
-
-/// What happened, as the shell saw it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// Time passed (a timer the planner set fired, or any other wake-up).
-    Tick,
-    /// A listing of a participant's open intents, asked for with `List { generation }`.
-    Listed {
-        participant: String,
-        generation: u64,
-        list: OutboxList,
-    },
-    /// A listing could not be had.
-    ListFailed {
-        participant: String,
-        generation: u64,
-    },
-    /// The receiver answered for this `event_id`.
-    Delivered {
-        participant: String,
-        event_id: String,
-        answer: Value,
-    },
-    /// No answer known: a timeout, a connection error, a 408/429/5xx. The receiver may have it.
-    /// `jitter_permille` (0..=1000) spreads the backoff; the shell draws it.
-    Unknown {
-        participant: String,
-        event_id: String,
-        error: String,
-        jitter_permille: u16,
-    },
-    /// The receiver refused it for good (a 4xx other than 408/429, an id conflict).
-    Refused {
-        participant: String,
-        event_id: String,
-        error: String,
-    },
-    /// The participant's answer to a report.
-    Reported {
-        participant: String,
-        event_id: String,
-        report: Report,
-        result: ReportResult,
-        jitter_permille: u16,
-    },
-}
-
-/// Which report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Report {
-    Delivered,
-    Attempt,
-    Permanent,
-}
-
-/// How a participant took a report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReportResult {
-    /// 2xx: recorded (or, for a repeat, answered as it stands).
-    Accepted,
-    /// 409 or 404: the participant disagrees with what the relay believes; list again.
-    Refused,
-    /// No answer, or one that says nothing (5xx, timeout): send it again.
-    Failed,
-}
-
-/// What the shell must do.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// One attempt at the entry as listed (boxed: it is by far the largest command).
-    Deliver {
-        participant: String,
-        entry: Box<OutboxEntry>,
-    },
-    ReportDelivered {
-        participant: String,
-        event_id: String,
-        answer: Value,
-    },
-    ReportAttempt {
-        participant: String,
-        event_id: String,
-        error: String,
-        permanent: bool,
-    },
-    /// `GET /v1/outbox?state=open`; answer with `Listed` or `ListFailed` of this generation.
-    List {
-        participant: String,
-        generation: u64,
-    },
-    /// Send a `Tick` at this time (replaces any earlier timer).
-    SetTimer { at_ms: u64 },
 }
 
 /// Where one aggregate stands.
@@ -187,6 +97,8 @@ pub struct Planner {
     in_flight: usize,
     generation: u64,
     timer: Option<u64>,
+    /// The (participant, aggregate) whose delivery started last: the next walk starts after it.
+    last_dispatched: Option<(String, String)>,
 }
 
 impl Planner {
@@ -210,6 +122,7 @@ impl Planner {
             in_flight: 0,
             generation: 0,
             timer: None,
+            last_dispatched: None,
         }
     }
 
@@ -402,7 +315,12 @@ impl Planner {
             error,
             permanent: false,
         });
-        let until_ms = now_ms.saturating_add(backoff_ms(&config, *attempt, jitter_permille));
+        let until_ms = now_ms.saturating_add(backoff_ms(
+            config.backoff_base_ms,
+            config.backoff_max_ms,
+            *attempt,
+            jitter_permille,
+        ));
         aggregate.phase = Phase::Backoff {
             entry: entry.clone(),
             attempt: attempt.saturating_add(1),
@@ -452,7 +370,12 @@ impl Planner {
                 } = &mut aggregate.phase
                 {
                     *retries = retries.saturating_add(1);
-                    let delay = backoff_ms(&config, *retries, jitter_permille);
+                    let delay = backoff_ms(
+                        config.backoff_base_ms,
+                        config.backoff_max_ms,
+                        *retries,
+                        jitter_permille,
+                    );
                     *retry_at_ms = Some(now_ms.saturating_add(delay));
                 }
             }
@@ -469,36 +392,57 @@ impl Planner {
     }
 
     /// Starts the deliveries that may go: idle aggregates whose head is pending, and
-    /// aggregates whose backoff has ended (the same entry again), up to `max_in_flight`.
+    /// aggregates whose backoff has ended (the same entry again), up to `max_in_flight`. The
+    /// walk starts after the aggregate that went last, so when room is short every aggregate
+    /// gets its turn (names early in the order do not take every freed place).
     fn dispatch(&mut self, now_ms: u64, out: &mut Vec<Command>) {
-        for (name, participant) in &mut self.participants {
-            for aggregate in participant.aggregates.values_mut() {
-                if self.in_flight >= self.config.max_in_flight {
-                    return;
-                }
-                let (entry, attempt) = match &mut aggregate.phase {
-                    Phase::Idle => {
-                        let Some(head) =
-                            aggregate.head.take_if(|h| h.state == IntentState::Pending)
-                        else {
-                            continue;
-                        };
-                        (head, 1)
-                    }
-                    Phase::Backoff {
-                        entry,
-                        attempt,
-                        until_ms,
-                    } if now_ms >= *until_ms => (entry.clone(), *attempt),
-                    _ => continue,
+        let mut ready: Vec<(String, String)> = Vec::new();
+        for (name, participant) in &self.participants {
+            for (key, aggregate) in &participant.aggregates {
+                let may_go = match &aggregate.phase {
+                    Phase::Idle => aggregate
+                        .head
+                        .as_ref()
+                        .is_some_and(|h| h.state == IntentState::Pending),
+                    Phase::Backoff { until_ms, .. } => now_ms >= *until_ms,
+                    _ => false,
                 };
-                self.in_flight += 1;
-                out.push(Command::Deliver {
-                    participant: name.clone(),
-                    entry: Box::new(entry.clone()),
-                });
-                aggregate.phase = Phase::Delivering { entry, attempt };
+                if may_go {
+                    ready.push((name.clone(), key.clone()));
+                }
             }
+        }
+        let first = self
+            .last_dispatched
+            .as_ref()
+            .map_or(0, |last| ready.partition_point(|k| k <= last));
+        ready.rotate_left(first);
+        for (name, key) in ready {
+            if self.in_flight >= self.config.max_in_flight {
+                return;
+            }
+            let Some(aggregate) = self
+                .participants
+                .get_mut(&name)
+                .and_then(|p| p.aggregates.get_mut(&key))
+            else {
+                continue;
+            };
+            let (entry, attempt) = match &aggregate.phase {
+                Phase::Idle => match aggregate.head.take() {
+                    Some(head) => (head, 1),
+                    None => continue,
+                },
+                Phase::Backoff { entry, attempt, .. } => (entry.clone(), *attempt),
+                _ => continue,
+            };
+            self.in_flight += 1;
+            out.push(Command::Deliver {
+                participant: name.clone(),
+                entry: Box::new(entry.clone()),
+            });
+            aggregate.phase = Phase::Delivering { entry, attempt };
+            self.last_dispatched = Some((name, key));
         }
     }
 
@@ -562,19 +506,6 @@ fn report_command(name: &str, entry: &OutboxEntry, outcome: &Settled) -> Command
             permanent: true,
         },
     }
-}
-
-/// The wait after the `attempt`th unknown outcome (from 1): `base * 2^(attempt-1)` capped at
-/// `max`, of which the upper half is spread by the jitter (so relays that failed together do
-/// not retry together, and no wait is shorter than half its step).
-pub fn backoff_ms(config: &Config, attempt: u32, jitter_permille: u16) -> u64 {
-    let doublings = attempt.saturating_sub(1).min(32);
-    let step = config
-        .backoff_base_ms
-        .saturating_mul(1u64 << doublings)
-        .min(config.backoff_max_ms);
-    let jitter = u64::from(jitter_permille.min(1000));
-    step / 2 + (step - step / 2) * jitter / 1000
 }
 
 #[cfg(test)]

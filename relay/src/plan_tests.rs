@@ -220,12 +220,30 @@ fn an_unknown_outcome_is_retried_under_the_same_event_id_after_a_backoff() {
 #[test]
 fn backoff_doubles_up_to_its_cap_and_jitter_spreads_the_upper_half() {
     let config = config();
-    assert_eq!(backoff_ms(&config, 1, 0), 50);
-    assert_eq!(backoff_ms(&config, 1, 1000), 100);
-    assert_eq!(backoff_ms(&config, 2, 1000), 200);
-    assert_eq!(backoff_ms(&config, 4, 1000), 800);
-    assert_eq!(backoff_ms(&config, 5, 1000), 1000);
-    assert_eq!(backoff_ms(&config, 60, 500), 750);
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 1, 0),
+        50
+    );
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 1, 1000),
+        100
+    );
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 2, 1000),
+        200
+    );
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 4, 1000),
+        800
+    );
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 5, 1000),
+        1000
+    );
+    assert_eq!(
+        crate::backoff::backoff_ms(config.backoff_base_ms, config.backoff_max_ms, 60, 500),
+        750
+    );
 }
 
 #[test]
@@ -320,6 +338,38 @@ fn deliveries_in_flight_are_bounded_overall() {
         "room made by a-1's answer goes to c"
     );
     assert_eq!(planner.in_flight(), 2);
+}
+
+#[test]
+fn when_room_is_short_every_aggregate_gets_its_turn() {
+    let mut planner = started(Config {
+        max_in_flight: 1,
+        ..config()
+    });
+    let heads = vec![
+        entry("a", 1, IntentState::Pending),
+        entry("b", 1, IntentState::Pending),
+        entry("c", 1, IntentState::Pending),
+    ];
+    assert_eq!(delivered_ids(&listed(&mut planner, 0, 1, heads)), ["a-1"]);
+    let out = planner.step(1, delivered("a-1"));
+    assert_eq!(
+        delivered_ids(&out),
+        ["b-1"],
+        "not a again: a waits for its report anyway"
+    );
+    // a's report is accepted and a fresh listing shows a-2: still c goes before a.
+    let out = planner.step(2, report("a-1", Report::Delivered, ReportResult::Accepted));
+    let generation = list_generation(&out).unwrap();
+    let later = vec![
+        entry("a", 2, IntentState::Pending),
+        entry("c", 1, IntentState::Pending),
+    ];
+    listed(&mut planner, 3, generation, later);
+    let out = planner.step(4, delivered("b-1"));
+    assert_eq!(delivered_ids(&out), ["c-1"]);
+    let out = planner.step(5, delivered("c-1"));
+    assert_eq!(delivered_ids(&out), ["a-2"]);
 }
 
 #[test]
