@@ -4,7 +4,8 @@
 //! off (the baseline), and the same HTTP exchanges through processes that do nothing else (the
 //! floor, see `floor`). Each cell also records the disk's raw fsync latency (`disk`).
 //! `--leases` measures lease grants and fenced writes instead (see `leases`); `--ha` a
-//! coordinator group against a single coordinator (see `ha`).
+//! coordinator group against a single coordinator (see `ha`); `--outbox` writes with intents
+//! relayed end to end against the same writes without (see `outbox`).
 
 mod bitronix;
 mod cpu;
@@ -13,6 +14,8 @@ pub mod floor;
 mod ha;
 mod leases;
 mod load;
+mod outbox;
+mod outbox_receiver;
 mod pg_checks;
 mod pg_server_cpu;
 mod postgres;
@@ -98,6 +101,20 @@ pub struct Args {
     /// --concurrency is given; reads --seconds and --json only. Needs etcd (docs/ha.md).
     #[arg(long, conflicts_with_all = ["target_coordinator", "leases", "sagas", "hot_key"])]
     pub ha: bool,
+    /// Measure writes with one next intent each, relayed by a `twopc relay` process to a
+    /// receiver (intents delivered per second end to end, the delivery lag), against the same
+    /// writes without intents in the same run, at the --outbox-concurrency levels; then check
+    /// every intent was applied once and nothing is left open (exit 1 if not). Reads
+    /// --seconds and --json.
+    #[arg(long, conflicts_with_all = ["target_coordinator", "leases", "sagas", "ha", "hot_key"])]
+    pub outbox: bool,
+    /// Concurrencies of the --outbox cells (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub outbox_concurrency: Vec<usize>,
+    /// Extra flags for the --outbox cell's `twopc relay`, as one string split on spaces
+    /// (`--outbox-relay-flags "--max-in-flight 64"`).
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub outbox_relay_flags: Option<String>,
     #[command(flatten)]
     pub client: crate::client::ClientArgs,
 }
@@ -263,6 +280,22 @@ async fn fsyncs(client: &reqwest::Client, target: &Target) -> Option<f64> {
 async fn run(args: Args) -> Result<()> {
     if args.sagas {
         return sagas::run(&args.concurrency, args.seconds).await;
+    }
+    if args.outbox {
+        let relay_flags: Vec<String> = args
+            .outbox_relay_flags
+            .as_deref()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        return outbox::run(
+            &args.outbox_concurrency,
+            args.seconds,
+            args.json,
+            &relay_flags,
+        )
+        .await;
     }
     if args.ha {
         let concurrency = if args.concurrency == [1, 16, 64, 256] {
