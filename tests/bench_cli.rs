@@ -251,3 +251,83 @@ fn bench_ha_measures_the_group_against_a_single_coordinator() {
     );
     assert!(stdout.contains("goal: group p50 at c1 within"), "{stdout}");
 }
+
+/// `--outbox` at a tiny scale: writes with intents and without measured at each concurrency,
+/// intents delivered end to end through a real relay, and the end check (every intent applied
+/// once, nothing open) passed.
+#[test]
+fn bench_outbox_delivers_every_intent_once_and_measures_both_writes() {
+    let output = twopc()
+        .args([
+            "bench",
+            "--outbox",
+            "--outbox-concurrency",
+            "1,4",
+            "--seconds",
+            "0.5",
+            "--json",
+        ])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench --outbox failed:\n{stdout}\n{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    let cells = report["cells"].as_array().expect("cells");
+    let shape: Vec<u64> = cells
+        .iter()
+        .map(|c| c["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shape, [1, 4]);
+    for cell in cells {
+        assert_eq!(cell["failed"], 0, "{cell}");
+        let writes = field(cell, "writes_per_s");
+        let plain = field(cell, "plain_per_s");
+        assert!(writes > 0.0 && plain > 0.0, "{cell}");
+        assert!(
+            (field(cell, "share_of_plain") - writes / plain).abs() < 1e-9,
+            "{cell}"
+        );
+        // Delivery in the window is counted at the receiver and in the outbox (how much
+        // falls in a half-second window depends on the relay's poll and the machine's load:
+        // that every intent arrives is the check's business, below).
+        assert!(field(cell, "delivered_per_s") >= 0.0, "{cell}");
+        assert!(field(cell, "outbox_delivered_per_s") >= 0.0, "{cell}");
+        assert!(
+            field(cell, "lag_p50_ms") <= field(cell, "lag_p99_ms"),
+            "{cell}"
+        );
+        assert!(
+            field(cell, "write_p50_ms") <= field(cell, "write_p99_ms"),
+            "{cell}"
+        );
+        assert!(field(cell, "drain_ms") >= 0.0, "{cell}");
+        assert!(cell["pending_at_end"].as_u64().is_some(), "{cell}");
+        for cpu in ["cpu_us_per_intent", "cpu_us_per_plain_write"] {
+            let us = field(cell, cpu);
+            assert!(us > 0.0 && us < 1e6, "{cpu}: {cell}");
+        }
+    }
+    let check = &report["check"];
+    assert_eq!(check["ok"], true, "{check}");
+    let written = check["intents_written"].as_u64().unwrap();
+    assert!(written > 0, "{check}");
+    assert_eq!(check["delivered_once"].as_u64(), Some(written), "{check}");
+    assert_eq!(check["missing"], 0, "{check}");
+    assert_eq!(check["applied_twice"], 0, "{check}");
+    assert_eq!(check["outbox_pending"], 0, "{check}");
+    assert_eq!(check["outbox_failed"], 0, "{check}");
+    assert_eq!(
+        check["outbox_delivered"], check["outbox_written"],
+        "{check}"
+    );
+}

@@ -15,6 +15,7 @@ mod ha;
 mod leases;
 mod load;
 mod outbox;
+mod outbox_check;
 mod outbox_receiver;
 mod pg_checks;
 mod pg_server_cpu;

@@ -22,6 +22,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::json;
 
+use super::outbox_check::{Counters, OutboxCheck, judge};
 use super::outbox_receiver::Receiver;
 use crate::latency::quantile;
 use crate::metrics_text;
@@ -75,27 +76,6 @@ pub struct OutboxCell {
     pub cpu_us_per_plain_write: Option<f64>,
     /// Writes (with or without intents) not answered 200.
     pub failed: u64,
-}
-
-/// The end-of-run check: exactly once in effect, nothing left open.
-#[derive(Debug, Clone, Serialize)]
-pub struct OutboxCheck {
-    /// Intents whose write was answered 200.
-    pub intents_written: u64,
-    /// Of those, applied exactly once at the receiver.
-    pub delivered_once: u64,
-    /// Of those, never applied.
-    pub missing: u64,
-    /// Events applied more than once (a receiver that deduplicates never does).
-    pub applied_twice: u64,
-    /// Requests the receiver got beyond the first of each event (redeliveries: allowed).
-    pub redeliveries: u64,
-    /// The participant's counters at the end.
-    pub outbox_written: Option<u64>,
-    pub outbox_delivered: Option<u64>,
-    pub outbox_pending: Option<u64>,
-    pub outbox_failed: Option<u64>,
-    pub ok: bool,
 }
 
 /// The participant, the relay and the receiver of the run, and what the bench sends with.
@@ -471,49 +451,15 @@ pub async fn run(
 
 /// Every intent written applied exactly once, and nothing open in the outbox.
 async fn check(setup: &Setup, acked: &[(String, Instant, bool)]) -> OutboxCheck {
-    let applied = setup.receiver.applied();
-    let mut delivered_once = 0;
-    let mut missing = 0;
-    for (id, _, _) in acked {
-        match applied.get(id).map(|a| a.effects) {
-            Some(1) => delivered_once += 1,
-            Some(_) => {}
-            None => missing += 1,
-        }
-    }
-    let applied_twice = applied.values().filter(|a| a.effects > 1).count() as u64;
-    let redeliveries = applied
-        .values()
-        .map(|a| u64::from(a.requests.saturating_sub(1)))
-        .sum();
     let counter = |v: Option<f64>| v.map(|v| v as u64);
-    let outbox_written = counter(setup.metric(WRITTEN_METRIC).await);
-    let outbox_delivered = counter(setup.metric(DELIVERED_METRIC).await);
-    let outbox_pending = counter(setup.metric(PENDING_METRIC).await);
-    let outbox_failed = counter(setup.metric(FAILED_METRIC).await);
-    let written = acked.len() as u64;
-    // A write that timed out at the client may still have been recorded: the outbox may hold
-    // more than the client saw answered, never fewer, and delivers all it holds.
-    let ok = delivered_once == written
-        && missing == 0
-        && applied_twice == 0
-        && outbox_pending == Some(0)
-        && outbox_failed == Some(0)
-        && outbox_written.is_some_and(|w| w >= written)
-        && outbox_delivered == outbox_written
-        && outbox_delivered == Some(applied.len() as u64);
-    OutboxCheck {
-        intents_written: written,
-        delivered_once,
-        missing,
-        applied_twice,
-        redeliveries,
-        outbox_written,
-        outbox_delivered,
-        outbox_pending,
-        outbox_failed,
-        ok,
-    }
+    let counters = Counters {
+        written: counter(setup.metric(WRITTEN_METRIC).await),
+        delivered: counter(setup.metric(DELIVERED_METRIC).await),
+        pending: counter(setup.metric(PENDING_METRIC).await),
+        failed: counter(setup.metric(FAILED_METRIC).await),
+    };
+    let acked: Vec<&str> = acked.iter().map(|(id, _, _)| id.as_str()).collect();
+    judge(&acked, &setup.receiver.applied(), counters)
 }
 
 fn print_table(cells: &[OutboxCell], check: &OutboxCheck) {
