@@ -63,6 +63,11 @@ pub struct Args {
     /// Most deliveries in flight at once (over every participant and aggregate).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_in_flight: u64,
+    /// While this many reports of answered deliveries wait for the participant's answer, no
+    /// new delivery starts (a receiver faster than the participant's forced reports would
+    /// otherwise pile up reports, and connections to the participant, without limit).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_reports_in_flight: u64,
     /// Serve /healthz, /readyz and /metrics here (loopback unless you mean it).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
@@ -135,6 +140,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         backoff_base_ms: args.backoff_base_ms,
         backoff_max_ms: args.backoff_max_ms.max(args.backoff_base_ms),
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(16),
+        max_reports_in_flight: usize::try_from(args.max_reports_in_flight).unwrap_or(16),
     };
     let planner = Planner::new(config, routes.participants.keys().cloned());
     let target_names: Vec<String> = routes.targets.keys().cloned().collect();

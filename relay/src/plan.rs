@@ -7,6 +7,9 @@
 //! - only the lowest-seq open intent of an aggregate (its head, as a listing shows it) is ever
 //!   delivered, and only while it is `pending`; a `failed` head holds its aggregate back;
 //! - at most one delivery of an aggregate is in flight, and at most `max_in_flight` overall;
+//!   no delivery starts while `max_reports_in_flight` reports are unanswered (each answered
+//!   delivery sends a report: without this bound a receiver faster than the participant's
+//!   forced reports piles up reports, and connections, without limit);
 //! - a delivery whose outcome is unknown is repeated under the same `event_id` (the same entry,
 //!   as listed), after an exponential backoff;
 //! - `delivered` is reported only with the receiver's answer, and the aggregate's next intent
@@ -38,6 +41,8 @@ pub struct Config {
     pub backoff_max_ms: u64,
     /// Most deliveries in flight at once, over every participant.
     pub max_in_flight: usize,
+    /// While this many `delivered` (or permanent) reports are unanswered, no delivery starts.
+    pub max_reports_in_flight: usize,
 }
 
 /// Where one aggregate stands.
@@ -95,6 +100,8 @@ pub struct Planner {
     config: Config,
     participants: BTreeMap<String, Participant>,
     in_flight: usize,
+    /// Reports of settled deliveries sent and not yet answered.
+    reporting: usize,
     generation: u64,
     timer: Option<u64>,
     /// The (participant, aggregate) whose delivery started last: the next walk starts after it.
@@ -120,6 +127,7 @@ impl Planner {
             config,
             participants,
             in_flight: 0,
+            reporting: 0,
             generation: 0,
             timer: None,
             last_dispatched: None,
@@ -208,6 +216,7 @@ impl Planner {
                     && retry_at_ms.is_some_and(|at| now_ms >= at)
                 {
                     *retry_at_ms = None;
+                    self.reporting += 1;
                     out.push(report_command(name, entry, outcome));
                 }
             }
@@ -291,6 +300,7 @@ impl Planner {
             retry_at_ms: None,
         };
         self.in_flight -= 1;
+        self.reporting += 1;
     }
 
     fn unknown(
@@ -355,6 +365,8 @@ impl Planner {
         if report == Report::Attempt {
             return;
         }
+        // Answered, one way or another: it no longer holds deliveries back.
+        self.reporting = self.reporting.saturating_sub(1);
         match result {
             ReportResult::Accepted | ReportResult::Refused => {
                 aggregate.phase = Phase::Idle;
@@ -418,7 +430,9 @@ impl Planner {
             .map_or(0, |last| ready.partition_point(|k| k <= last));
         ready.rotate_left(first);
         for (name, key) in ready {
-            if self.in_flight >= self.config.max_in_flight {
+            if self.in_flight >= self.config.max_in_flight
+                || self.reporting >= self.config.max_reports_in_flight
+            {
                 return;
             }
             let Some(aggregate) = self

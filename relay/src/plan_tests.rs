@@ -9,6 +9,7 @@ fn config() -> Config {
         backoff_base_ms: 100,
         backoff_max_ms: 1000,
         max_in_flight: 8,
+        max_reports_in_flight: 8,
     }
 }
 
@@ -420,4 +421,43 @@ fn results_for_deliveries_not_in_flight_change_nothing() {
             .any(|c| matches!(c, Command::ReportDelivered { .. }))
     );
     assert_eq!(planner.in_flight(), before.in_flight());
+}
+
+#[test]
+fn unanswered_reports_hold_new_deliveries_back() {
+    let mut planner = started(Config {
+        max_in_flight: 2,
+        max_reports_in_flight: 1,
+        ..config()
+    });
+    let heads = vec![
+        entry("a", 1, IntentState::Pending),
+        entry("b", 1, IntentState::Pending),
+        entry("c", 1, IntentState::Pending),
+    ];
+    assert_eq!(
+        delivered_ids(&listed(&mut planner, 0, 1, heads)),
+        ["a-1", "b-1"]
+    );
+    // a's answer frees a delivery's place, but its report is unanswered: c waits.
+    let out = planner.step(1, delivered("a-1"));
+    assert!(delivered_ids(&out).is_empty(), "{out:?}");
+    assert_eq!(planner.in_flight(), 1);
+    // A failed report is not in flight while it waits for its retry: c goes.
+    let out = planner.step(2, report("a-1", Report::Delivered, ReportResult::Failed));
+    assert_eq!(delivered_ids(&out), ["c-1"]);
+    // The retry is a report in flight again; once answered, nothing is held back.
+    let out = planner.step(10_000, Event::Tick);
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::ReportDelivered { event_id, .. } if event_id == "a-1")),
+        "{out:?}"
+    );
+    let out = planner.step(10_001, delivered("b-1"));
+    assert!(delivered_ids(&out).is_empty(), "{out:?}");
+    planner.step(
+        10_002,
+        report("a-1", Report::Delivered, ReportResult::Accepted),
+    );
+    assert_eq!(planner.in_flight(), 1, "c-1 only");
 }

@@ -23,6 +23,7 @@ fn config() -> Config {
         backoff_base_ms: 50,
         backoff_max_ms: 800,
         max_in_flight: 3,
+        max_reports_in_flight: 3,
     }
 }
 
