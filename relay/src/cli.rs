@@ -65,8 +65,11 @@ pub struct Args {
     pub max_in_flight: u64,
     /// While this many reports of answered deliveries wait for the participant's answer, no
     /// new delivery starts (a receiver faster than the participant's forced reports would
-    /// otherwise pile up reports, and connections to the participant, without limit).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    /// otherwise pile up reports, and connections to the participant, without limit). Reports
+    /// are forced records that group-commit together: too few in flight caps delivery
+    /// (docs/benchmarks.md, "The outbox"); the default stays well under a participant's 512
+    /// connections.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_reports_in_flight: u64,
     /// Serve /healthz, /readyz and /metrics here (loopback unless you mean it).
     #[arg(long, value_name = "ADDR")]
@@ -140,7 +143,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         backoff_base_ms: args.backoff_base_ms,
         backoff_max_ms: args.backoff_max_ms.max(args.backoff_base_ms),
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(16),
-        max_reports_in_flight: usize::try_from(args.max_reports_in_flight).unwrap_or(16),
+        max_reports_in_flight: usize::try_from(args.max_reports_in_flight).unwrap_or(256),
     };
     let planner = Planner::new(config, routes.participants.keys().cloned());
     let target_names: Vec<String> = routes.targets.keys().cloned().collect();
