@@ -37,6 +37,18 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::METRICS),
 ];
 
+/// The routes the PostgreSQL participant (`twopc participant --backend postgres`) serves beyond
+/// the protocol routes, `/v1/prepared`, health and metrics: the local write and the outbox.
+pub const PG_ROUTES: &[(&str, &str)] = &[
+    ("post", routes::PG_WRITE),
+    ("get", routes::OUTBOX),
+    ("get", routes::OUTBOX_INTENT),
+    ("post", routes::OUTBOX_DELIVERED),
+    ("post", routes::OUTBOX_ATTEMPT),
+    ("post", routes::OUTBOX_RETRY),
+    ("post", routes::OUTBOX_MARK),
+];
+
 /// The class of a participant route; `None` for one this table does not know (checked as a
 /// peer route: closed until classified).
 pub fn access(path: &str) -> Option<Access> {
@@ -48,6 +60,12 @@ pub fn access(path: &str) -> Option<Access> {
         routes::FENCE_RESET => Access::Operator,
         // Fenced writes come from lease workers, reads from clients and operators.
         routes::KV_KEY => Access::Client,
+        // Local writes come from workflow workers (clients); the outbox is read by relays and
+        // operators, reported on by relays, retried and marked by operators (audited).
+        routes::PG_WRITE => Access::Client,
+        routes::OUTBOX | routes::OUTBOX_INTENT => Access::PeerOrOperator,
+        routes::OUTBOX_DELIVERED | routes::OUTBOX_ATTEMPT => Access::Peer,
+        routes::OUTBOX_RETRY | routes::OUTBOX_MARK => Access::Operator,
         routes::HEALTHZ | routes::READYZ => Access::Open,
         routes::METRICS => Access::Metrics,
         _ => return None,
@@ -189,7 +207,7 @@ mod tests {
 
     #[test]
     fn every_route_has_a_class() {
-        for (method, path) in ROUTES {
+        for (method, path) in ROUTES.iter().chain(PG_ROUTES) {
             assert!(access(path).is_some(), "{method} {path} unclassified");
         }
     }

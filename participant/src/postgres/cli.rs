@@ -108,6 +108,7 @@ async fn serve(args: &Args) -> ExitCode {
         }
     };
     let resolver = participant.spawn_resolver();
+    let pruner = participant.spawn_outbox_pruner();
     let reloader = tokio::spawn(crate::auth::reload_on_sighup(
         args.auth.files(),
         participant.config().keys.clone(),
@@ -125,6 +126,7 @@ async fn serve(args: &Args) -> ExitCode {
     )
     .await;
     resolver.abort();
+    pruner.abort();
     reloader.abort();
     if let Err(error) = served {
         tracing::error!(%error, "server failed");
