@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chaos_tests::binary::failpoints_binary;
 use chaos_tests::pg_rig::{failpoint, metric};
-use cluster::auth::Token;
+use protocol::auth::Token;
 use cluster::node::Node;
 use cluster::pg_cluster::{READY_TIMEOUT, pg_participant_with};
 use cluster::postgres::{PgServer, psql_url};
