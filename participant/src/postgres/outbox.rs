@@ -187,7 +187,7 @@ const COLUMNS: &str = "event_id, aggregate, seq, target, type, body::text, state
     (extract(epoch from created_at) * 1000)::bigint, attempts, last_error, \
     (extract(epoch from last_attempt_at) * 1000)::bigint, \
     (extract(epoch from delivered_at) * 1000)::bigint, answer::text, marks::text, \
-    greatest(0, extract(epoch from now() - created_at) * 1000)::bigint";
+    (extract(epoch from now() - created_at) * 1000)::bigint";
 
 const MARK: &str = "marks = marks || jsonb_build_array(jsonb_build_object('operator', $3::text, \
     'reason', $4::text, 'action', $5::text, 'at_ms', (extract(epoch from now()) * 1000)::bigint))";
@@ -214,6 +214,8 @@ fn mark_sql() -> String {
     )
 }
 
+/// Milliseconds read as `bigint`: NULL is `None`, a negative age (never expected: a row we
+/// see committed before our `now()`) is 0. (Not `greatest(0, ...)` in SQL: it ignores NULL.)
 fn ms(row: &Row, n: usize) -> Option<u64> {
     row.get::<_, Option<i64>>(n)
         .map(|v| u64::try_from(v).unwrap_or(0))
@@ -258,7 +260,7 @@ async fn open_counts(client: &Client, name: &str) -> Result<OpenCounts, OutboxEr
         .query_typed(
             "SELECT count(*) FILTER (WHERE state = 'pending'), \
              count(*) FILTER (WHERE state = 'failed'), \
-             greatest(0, extract(epoch from now() - min(created_at) \
+             (extract(epoch from now() - min(created_at) \
                  FILTER (WHERE state = 'pending')) * 1000)::bigint \
              FROM twopc.pg_outbox WHERE participant = $1 AND state IN ('pending', 'failed')",
             &[(&name, Type::TEXT)],
