@@ -24,9 +24,6 @@ use super::metrics::OpenCounts;
 use super::pool::Side;
 use super::work::PgWork;
 
-/// How long delivered and abandoned intents stay listed by default: 7 days.
-pub const OUTBOX_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600 * 1_000;
-
 /// Which intents a listing wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateFilter {
