@@ -341,15 +341,29 @@ impl<W: PgWork> PgParticipant<W> {
             request.txid.as_str(),
             request.coordinator_id.as_str(),
         );
-        let intent_params: [(&(dyn ToSql + Sync), Type); 6] = [
-            (&gid_text, Type::TEXT),
-            (&txid, Type::TEXT),
-            (&coordinator, Type::TEXT),
-            (&epoch, Type::INT8),
-            (&incarnation, Type::TEXT),
-            (&position, Type::INT8),
+        let statements = async {
+            Ok::<_, tokio_postgres::Error>((
+                session.statement(INTENT_SQL, &INTENT_TYPES).await?,
+                session.statement(OUTCOME_SQL, &[Type::TEXT]).await?,
+                session.statement(FORGET_SQL, &[Type::TEXT]).await?,
+            ))
+        };
+        let (intent_sql, outcome_sql, forget_sql) = match statements.await {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                session.discard();
+                return Err(PgError::db("preparing the library's statements", error).into());
+            }
+        };
+        let intent_params: [&(dyn ToSql + Sync); 6] = [
+            &gid_text,
+            &txid,
+            &coordinator,
+            &epoch,
+            &incarnation,
+            &position,
         ];
-        let gid_param: [(&(dyn ToSql + Sync), Type); 1] = [(&gid_text, Type::TEXT)];
+        let gid_param: [&(dyn ToSql + Sync); 1] = [&gid_text];
         // From the first message until PREPARE TRANSACTION or ROLLBACK returns, a transaction
         // may be open on this session: if this future is dropped (the request cancelled), the
         // session closes, and PostgreSQL rolls it back.
@@ -362,10 +376,10 @@ impl<W: PgWork> PgParticipant<W> {
         let (intent_begin, intent, began, outcome_row, forgotten, worked) = tokio::join!(
             biased;
             client.batch_execute(&intent_begin),
-            client.execute_typed(INTENT_SQL, &intent_params),
+            client.execute(&intent_sql, &intent_params),
             client.batch_execute(&begin),
-            client.execute_typed(OUTCOME_SQL, &gid_param),
-            client.execute_typed("DELETE FROM twopc.pg_intents WHERE gid = $1", &gid_param),
+            client.execute(&outcome_sql, &gid_param),
+            client.execute(&forget_sql, &gid_param),
             self.inner.work.work(client, &request.payload),
         );
         if let Err(error) = intent_begin.and(intent.map(drop)).and(began) {
@@ -436,6 +450,20 @@ impl<W: PgWork> PgParticipant<W> {
         }
     }
 }
+
+/// The parameters of [`INTENT_SQL`]: gid, txid, coordinator id, epoch, incarnation, position.
+const INTENT_TYPES: [Type; 6] = [
+    Type::TEXT,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+];
+
+/// The intent row's removal, inside the transaction, so that it is gone exactly when the
+/// transaction commits.
+const FORGET_SQL: &str = "DELETE FROM twopc.pg_intents WHERE gid = $1";
 
 /// The intent row, committed on its own before the transaction begins: a decision query needs
 /// it while the transaction is prepared. None for a gid decided already (an outcome row) or

@@ -4,11 +4,17 @@
 //! against separate limits: were they one, prepares waiting on a lock could hold every session
 //! while the `COMMIT PREPARED` that frees that lock waits for one. A session that saw a
 //! connection error is dropped instead of returned.
+//!
+//! A session keeps the library's own statements prepared on the server once it has sent them
+//! (`Session::statement`): parsing, analysing and planning them on every prepare was a third
+//! of the server's CPU per transfer (issue 28, docs/benchmarks.md).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls, Statement};
 
 use super::error::{PgError, describe};
 
@@ -21,12 +27,21 @@ pub(crate) enum Side {
     Decide,
 }
 
+/// Statements prepared on one session (a statement belongs to the session that prepared it).
+type Prepared = HashMap<&'static str, Statement>;
+
+/// A session waiting in the pool, with what it has prepared.
+struct Idle {
+    client: Client,
+    statements: Prepared,
+}
+
 /// At most `prepare` + `decide` sessions, opened on demand; idle ones serve either side.
 pub(crate) struct Pool {
     config: tokio_postgres::Config,
     /// The URL without its password, for messages.
     shown: String,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<Idle>>,
     prepare: Semaphore,
     decide: Semaphore,
 }
@@ -37,6 +52,8 @@ pub(crate) struct Pool {
 /// closed, and PostgreSQL rolls its transaction back.
 pub(crate) struct Session<'a> {
     client: Option<Client>,
+    /// The statements prepared on this session so far, by their SQL.
+    statements: Prepared,
     in_transaction: bool,
     pool: &'a Pool,
     _permit: SemaphorePermit<'a>,
@@ -73,20 +90,21 @@ impl Pool {
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             let mut found = None;
-            while let Some(client) = idle.pop() {
-                if !client.is_closed() {
-                    found = Some(client);
+            while let Some(waiting) = idle.pop() {
+                if !waiting.client.is_closed() {
+                    found = Some(waiting);
                     break;
                 }
             }
             found
         };
-        let client = match reused {
-            Some(client) => client,
-            None => self.connect().await?,
+        let (client, statements) = match reused {
+            Some(Idle { client, statements }) => (client, statements),
+            None => (self.connect().await?, Prepared::new()),
         };
         Ok(Session {
             client: Some(client),
+            statements,
             in_transaction: false,
             pool: self,
             _permit: permit,
@@ -117,6 +135,21 @@ impl Session<'_> {
         self.client.as_ref().unwrap_or_else(|| unreachable!())
     }
 
+    /// `sql` prepared on this session with parameters of `types`: sent to the server the first
+    /// time this session needs it (a round trip), then kept for the session's life.
+    pub(crate) async fn statement(
+        &mut self,
+        sql: &'static str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client().prepare_typed(sql, types).await?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
     /// Marks that a transaction is open (or may be) on this session until [`Session::idle`].
     pub(crate) fn busy(&mut self) {
         self.in_transaction = true;
@@ -140,7 +173,10 @@ impl Drop for Session<'_> {
             && !self.in_transaction
         {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.push(client);
+            idle.push(Idle {
+                client,
+                statements: std::mem::take(&mut self.statements),
+            });
         }
     }
 }
