@@ -407,6 +407,12 @@ fn the_outbox_lists_in_order_and_takes_reports_as_claims() {
     assert_eq!(retried["marks"][0]["action"], "retry");
     assert_eq!(retried["marks"][0]["reason"], "card fixed");
     assert!(retried["marks"][0]["at_ms"].as_u64().is_some(), "{retried}");
+    let (status, not_failed) = o.operator("a2", "retry", json!({"operator": "ann", "reason": "r"}));
+    assert_eq!(
+        (status, not_failed["error"].as_str()),
+        (409, Some("not_pending")),
+        "retry takes failed intents only: {not_failed}"
+    );
 
     // Delivered in order; a repeat answers the entry as it stands.
     let (status, done) = o.report("a1", "delivered", json!({"answer": {"payment": "p-1"}}));

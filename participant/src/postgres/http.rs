@@ -263,7 +263,7 @@ mod tests {
     /// The series the PostgreSQL participant exported when it wrote its text by hand, in
     /// order, values removed, plus the batch counters and the outbox's families since: a
     /// rename fails here.
-    const SERIES: [&str; 35] = [
+    const SERIES: [&str; 37] = [
         "# TYPE twopc_pg_votes_total counter",
         "twopc_pg_votes_total{vote=\"yes\"}",
         "twopc_pg_votes_total{vote=\"no\"}",
@@ -293,6 +293,8 @@ mod tests {
         "twopc_participant_outbox_intents_written_total",
         "# TYPE twopc_participant_outbox_delivered_total counter",
         "twopc_participant_outbox_delivered_total",
+        "# TYPE twopc_participant_outbox_attempts_failed_total counter",
+        "twopc_participant_outbox_attempts_failed_total",
         "# TYPE twopc_participant_outbox_pending gauge",
         "twopc_participant_outbox_pending",
         "# TYPE twopc_participant_outbox_failed gauge",

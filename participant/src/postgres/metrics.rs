@@ -23,6 +23,8 @@ pub(crate) struct PgMetrics {
     /// Intents recorded by local writes, and relays' delivered reports applied.
     pub(crate) outbox_intents_written: AtomicU64,
     pub(crate) outbox_delivered: AtomicU64,
+    /// Relays' attempt reports applied (an attempt without a delivery).
+    pub(crate) outbox_attempts_failed: AtomicU64,
 }
 
 /// Counts of the open intents, read from `twopc.pg_outbox` (the listing and `/metrics`).
@@ -46,6 +48,11 @@ pub(crate) fn outbox_families(out: &mut Exposition, m: &PgMetrics, open: Option<
         "twopc_participant_outbox_delivered_total",
         "Intents reported delivered by a relay",
         &m.outbox_delivered,
+    );
+    out.counter_of(
+        "twopc_participant_outbox_attempts_failed_total",
+        "Delivery attempts reported without a delivery (outcome unknown, or refused)",
+        &m.outbox_attempts_failed,
     );
     let open = open.unwrap_or_default();
     out.gauge(

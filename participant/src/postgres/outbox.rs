@@ -71,7 +71,7 @@ pub enum OutboxError {
     /// 409 `intent_out_of_order`: an earlier intent of the aggregate is still open.
     #[error("{0}")]
     OutOfOrder(String),
-    /// 409 `not_pending`: an operator action on an intent already settled otherwise.
+    /// 409 `not_pending`: a retry of an intent that is not failed, a mark of a settled one.
     #[error("{0}")]
     Settled(String),
     /// 422 `invalid_payload`.
@@ -116,21 +116,20 @@ impl Action {
         match self {
             Action::Delivered { .. } | Action::Attempt { .. } if settled => Verdict::Unchanged,
             Action::Delivered { .. } | Action::Attempt { .. } => Verdict::Apply,
-            Action::Retry { .. } if settled => Verdict::Refuse(OutboxError::Settled(format!(
-                "intent {} is {}; retry moves only a failed intent back to pending",
+            // As the KV participant: retry takes failed intents only, mark pending or failed.
+            Action::Retry { .. } if entry.state != IntentState::Failed => {
+                Verdict::Refuse(OutboxError::Settled(format!(
+                    "intent {:?} is {}; retry takes failed intents only",
+                    entry.event_id,
+                    state_text(entry.state)
+                )))
+            }
+            Action::Retry { .. } => Verdict::Apply,
+            Action::Mark { .. } if settled => Verdict::Refuse(OutboxError::Settled(format!(
+                "intent {:?} is {}; mark takes pending or failed intents only",
                 entry.event_id,
                 state_text(entry.state)
             ))),
-            Action::Retry { .. } => Verdict::Apply,
-            Action::Mark { state, .. } if *state == entry.state => Verdict::Unchanged,
-            Action::Mark { state, .. } if settled => {
-                Verdict::Refuse(OutboxError::Settled(format!(
-                    "intent {} is {} already; it cannot be marked {}",
-                    entry.event_id,
-                    state_text(entry.state),
-                    state_text(*state)
-                )))
-            }
             Action::Mark { .. } => Verdict::Apply,
         }
     }
@@ -484,6 +483,10 @@ impl<W: PgWork> PgParticipant<W> {
                     .fetch_add(1, Ordering::Relaxed);
             }
             Action::Attempt { error, permanent } => {
+                self.inner
+                    .metrics
+                    .outbox_attempts_failed
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(event_id, permanent, error = %cut(error), "delivery attempt");
             }
             Action::Retry { operator, reason } => {

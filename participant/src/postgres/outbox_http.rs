@@ -18,8 +18,8 @@ use protocol::ErrorCode;
 use protocol::auth::Caller;
 use protocol::ids::check_id;
 use protocol::outbox::{
-    AttemptReport, DeliveredReport, IntentActionRequest, OUTBOX_ID_LEN_MAX, OUTBOX_LIST_LIMIT_MAX,
-    OutboxEntry, OutboxList, PgWriteRequest, PgWriteResponse,
+    AttemptReport, DeliveredReport, IntentActionRequest, IntentState, OUTBOX_ID_LEN_MAX,
+    OUTBOX_LIST_LIMIT_MAX, OutboxEntry, OutboxList, PgWriteRequest, PgWriteResponse,
 };
 
 use super::backend::PgParticipant;
@@ -221,12 +221,8 @@ pub(crate) async fn mark<W: PgWork>(
     let event_id = event_id_param(path)?;
     let request: IntentActionRequest = json_body(&headers, body)?;
     let (operator, reason) = operator_action(caller, &request)?;
-    let state = request.state.ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::InvalidPayload,
-            "mark needs \"state\": \"delivered\" or \"abandoned\"",
-        )
-    })?;
+    // As the KV participant: a mark without a state abandons.
+    let state = request.state.unwrap_or(IntentState::Abandoned);
     let action = Action::Mark {
         operator,
         reason,
@@ -238,7 +234,6 @@ pub(crate) async fn mark<W: PgWork>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::outbox::IntentState;
 
     fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
