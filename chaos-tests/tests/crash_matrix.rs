@@ -868,6 +868,158 @@ async fn participant_after_fence_reset_logged() {
     assert_eq!(status, 200, "{fresh}");
 }
 
+// The outbox (issue 29; docs/participants.md, "The outbox"): a participant on its own.
+
+/// A checkout step with its next intents (`POST /v1/kv`), as the workflow worker sends it.
+async fn outbox_write(
+    p: &cluster::node::Node,
+    op_id: &str,
+    version: u64,
+    event_ids: &[&str],
+) -> Result<(u16, serde_json::Value), reqwest::Error> {
+    let next: Vec<_> = event_ids
+        .iter()
+        .map(|id| {
+            json!({"event_id": id, "aggregate": "checkout:c-1", "target": "payments",
+                         "type": "payment.authorize.v1", "body": {"for": id}})
+        })
+        .collect();
+    let body = json!({"op_id": op_id,
+                      "ops": [{"op": "check", "key": "checkout:c-1", "version": version},
+                              {"op": "put", "key": "checkout:c-1", "value": "stock_reserved"}],
+                      "next": next});
+    send(p.http().post(format!("{}/v1/kv", p.url())).json(&body)).await
+}
+
+async fn outbox_get(p: &cluster::node::Node, path: &str) -> (u16, serde_json::Value) {
+    let relay = p.http_as(protocol::auth::Kind::Peer);
+    send(relay.get(format!("{}{path}", p.url()))).await.unwrap()
+}
+
+/// A write with intents logged but unanswered: after the restart the write is applied once,
+/// its intents pending in order, and the retry of its op id answers the same seqs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_after_outbox_write_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = participant(
+        failpoints_binary(),
+        dir.path(),
+        Some("participant::after_outbox_write_logged"),
+    );
+    assert!(
+        outbox_write(&p, "w-1", 0, &["e-1", "e-2"]).await.is_err(),
+        "aborted before answering"
+    );
+    restart_disarmed(&mut p);
+    let (status, open) = outbox_get(&p, "/v1/outbox?state=open").await;
+    assert_eq!(status, 200, "{open}");
+    let listed: Vec<_> = open["intents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["event_id"].clone(),
+                e["seq"].clone(),
+                e["state"].clone(),
+                e["op_id"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (json!("e-1"), json!(1), json!("pending"), json!("w-1")),
+            (json!("e-2"), json!(2), json!("pending"), json!("w-1")),
+        ],
+        "{open}"
+    );
+    let (status, answer) = outbox_write(&p, "w-1", 0, &["e-1", "e-2"]).await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["intents"],
+        json!([{"event_id": "e-1", "aggregate": "checkout:c-1", "seq": 1},
+               {"event_id": "e-2", "aggregate": "checkout:c-1", "seq": 2}])
+    );
+    assert_eq!(
+        answer["written"],
+        json!([{"key": "checkout:c-1", "version": 1}])
+    );
+    let (_, stored) = send(p.http().get(format!("{}/v1/kv/checkout:c-1", p.url())))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored["version"].as_u64(),
+        Some(1),
+        "applied once: {stored}"
+    );
+    let (_, open) = outbox_get(&p, "/v1/outbox").await;
+    assert_eq!(
+        open["intents"].as_array().map(Vec::len),
+        Some(2),
+        "recorded once: {open}"
+    );
+    let (status, later) = outbox_write(&p, "w-2", 1, &["e-3"]).await.unwrap();
+    assert_eq!(
+        (status, later["intents"][0]["seq"].as_u64()),
+        (200, Some(3)),
+        "{later}"
+    );
+}
+
+/// A relay's delivered report logged but unanswered: after the restart the intent is
+/// delivered with the answer reported, a repeat report answers it unchanged, and the next
+/// intent of the aggregate may be delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_after_intent_delivered_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = participant(
+        failpoints_binary(),
+        dir.path(),
+        Some("participant::after_intent_delivered_logged"),
+    );
+    let (status, written) = outbox_write(&p, "w-1", 0, &["e-1", "e-2"]).await.unwrap();
+    assert_eq!(status, 200, "{written}");
+    let relay = p.http_as(protocol::auth::Kind::Peer);
+    let report = |answer: serde_json::Value| json!({ "answer": answer });
+    let base = p.url();
+    let url = |id: &str| format!("{base}/v1/outbox/{id}/delivered");
+    assert!(
+        send(
+            relay
+                .post(url("e-1"))
+                .json(&report(json!({"authorization": "a-1"})))
+        )
+        .await
+        .is_err(),
+        "aborted before answering"
+    );
+    restart_disarmed(&mut p);
+    let relay = p.http_as(protocol::auth::Kind::Peer);
+    let (status, entry) = outbox_get(&p, "/v1/outbox/e-1").await;
+    assert_eq!(
+        (status, entry["state"].as_str(), &entry["answer"]),
+        (200, Some("delivered"), &json!({"authorization": "a-1"})),
+        "{entry}"
+    );
+    let (status, repeat) = send(relay.post(url("e-1")).json(&report(json!("other"))))
+        .await
+        .unwrap();
+    let mut unchanged = entry.clone();
+    unchanged.as_object_mut().unwrap().remove("age_ms");
+    let mut repeat_entry = repeat.clone();
+    repeat_entry.as_object_mut().unwrap().remove("age_ms");
+    assert_eq!((status, repeat_entry), (200, unchanged), "the mark holds");
+    let (status, next) = send(relay.post(url("e-2")).json(&report(json!(null))))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, next["state"].as_str()),
+        (200, Some("delivered")),
+        "{next}"
+    );
+}
+
 // PostgreSQL participants (docs/postgres.md): the same crash points' meaning on a participant
 // whose prepared state is PostgreSQL's. Two databases and a coordinator, real processes.
 // Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with

@@ -32,22 +32,22 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::SAGA_OP),
     ("get", routes::KV_KEY),
     ("put", routes::KV_KEY),
-    ("get", routes::HEALTHZ),
-    ("get", routes::READYZ),
-    ("get", routes::METRICS),
-];
-
-/// The routes the PostgreSQL participant (`twopc participant --backend postgres`) serves beyond
-/// the protocol routes, `/v1/prepared`, health and metrics: the local write and the outbox.
-pub const PG_ROUTES: &[(&str, &str)] = &[
-    ("post", routes::PG_WRITE),
+    ("post", routes::KV_WRITE),
     ("get", routes::OUTBOX),
     ("get", routes::OUTBOX_INTENT),
     ("post", routes::OUTBOX_DELIVERED),
     ("post", routes::OUTBOX_ATTEMPT),
     ("post", routes::OUTBOX_RETRY),
     ("post", routes::OUTBOX_MARK),
+    ("get", routes::HEALTHZ),
+    ("get", routes::READYZ),
+    ("get", routes::METRICS),
 ];
+
+/// The routes the PostgreSQL participant (`twopc participant --backend postgres`) serves that
+/// the reference participant does not: the local write (it serves the outbox routes of
+/// [`ROUTES`] too).
+pub const PG_ROUTES: &[(&str, &str)] = &[("post", routes::PG_WRITE)];
 
 /// The class of a participant route; `None` for one this table does not know (checked as a
 /// peer route: closed until classified).
@@ -59,10 +59,10 @@ pub fn access(path: &str) -> Option<Access> {
         routes::PREPARED | routes::ATTEMPT | routes::FENCE => Access::PeerOrOperator,
         routes::FENCE_RESET => Access::Operator,
         // Fenced writes come from lease workers, reads from clients and operators.
-        routes::KV_KEY => Access::Client,
-        // Local writes come from workflow workers (clients); the outbox is read by relays and
-        // operators, reported on by relays, retried and marked by operators (audited).
+        routes::KV_KEY | routes::KV_WRITE => Access::Client,
+        // Local writes at a PostgreSQL participant come from workflow workers too.
         routes::PG_WRITE => Access::Client,
+        // Relays and operators read the outbox; relays report; operators retry and mark.
         routes::OUTBOX | routes::OUTBOX_INTENT => Access::PeerOrOperator,
         routes::OUTBOX_DELIVERED | routes::OUTBOX_ATTEMPT => Access::Peer,
         routes::OUTBOX_RETRY | routes::OUTBOX_MARK => Access::Operator,

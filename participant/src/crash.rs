@@ -12,6 +12,10 @@ pub const AFTER_COMMIT_LOGGED: &str = "participant::after_commit_logged";
 pub const AFTER_BATCH_ITEM_DURABLE: &str = "participant::after_batch_item_durable";
 /// Fenced write: its record (token, value, answer) is durable, the answer not yet sent.
 pub const AFTER_FENCED_WRITE_LOGGED: &str = "participant::after_fenced_write_logged";
+/// Outbox write: the write and its intents are durable in one record, the answer not yet sent.
+pub const AFTER_OUTBOX_WRITE_LOGGED: &str = "participant::after_outbox_write_logged";
+/// Outbox: a relay's delivered report is durable, the answer not yet sent.
+pub const AFTER_INTENT_DELIVERED_LOGGED: &str = "participant::after_intent_delivered_logged";
 /// Fence reset: the operator's reset is durable, the answer not yet sent.
 pub const AFTER_FENCE_RESET_LOGGED: &str = "participant::after_fence_reset_logged";
 

@@ -1,5 +1,6 @@
 //! The participant's HTTP surface: the protocol routes (`/2pc/prepare`, `/2pc/commit`,
-//! `/2pc/abort`, and batched: `crate::batch_http`), the saga ops, `/v1/prepared`, `/v1/attempts`, the fence routes, `/healthz`,
+//! `/2pc/abort`, and batched: `crate::batch_http`), the saga ops, `/v1/prepared`, `/v1/attempts`,
+//! the fence routes, the outbox's (`crate::outbox_http`), `/healthz`,
 //! `/readyz` and `/metrics`, behind the guard of `crate::auth`. The error body every failure
 //! uses is `crate::api_error`'s (re-exported here).
 
@@ -18,7 +19,7 @@ use protocol::{AckResponse, DecisionRequest, ErrorCode, GlobalTxId, PrepareReque
 
 pub use crate::api_error::{ApiError, json_body, path_param};
 use crate::engine::saga::OpQueryRefused;
-use crate::metrics::{FenceNumbers, Gauges};
+use crate::metrics::{FenceNumbers, Gauges, OutboxNumbers};
 use crate::resource::Resource;
 use crate::saga_service::{OpQueryError, SagaOpError};
 use crate::service::Participant;
@@ -49,6 +50,18 @@ impl<R: Resource> Participant<R> {
             .route(routes::SAGA_OP, get(saga_op_status::<R>))
             .route(routes::FENCE, get(crate::fence_http::status::<R>))
             .route(routes::FENCE_RESET, post(crate::fence_http::reset::<R>))
+            .route(routes::OUTBOX, get(crate::outbox_http::list::<R>))
+            .route(routes::OUTBOX_INTENT, get(crate::outbox_http::entry::<R>))
+            .route(
+                routes::OUTBOX_DELIVERED,
+                post(crate::outbox_http::delivered::<R>),
+            )
+            .route(
+                routes::OUTBOX_ATTEMPT,
+                post(crate::outbox_http::attempt::<R>),
+            )
+            .route(routes::OUTBOX_RETRY, post(crate::outbox_http::retry::<R>))
+            .route(routes::OUTBOX_MARK, post(crate::outbox_http::mark::<R>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<R>))
             .route(routes::METRICS, get(metrics::<R>))
@@ -65,6 +78,9 @@ impl<R: Resource> Participant<R> {
         let now_ms = crate::service::now_ms();
         let gauges = self.with_engine(|engine| {
             let fences = engine.fences();
+            let outbox = engine.outbox();
+            let (pending, failed, oldest) = outbox.open_numbers();
+            let counts = outbox.counts();
             let pruned = fences.pruned();
             Gauges {
                 prepared: engine.prepared_len(),
@@ -80,6 +96,14 @@ impl<R: Resource> Participant<R> {
                     pruned_highest_tokens: pruned.highest,
                     pruned_op_answers: pruned.answers,
                     resets: fences.resets().len(),
+                },
+                outbox: OutboxNumbers {
+                    written: counts.written,
+                    delivered: counts.delivered,
+                    attempts_failed: counts.attempts_failed,
+                    pending,
+                    failed,
+                    oldest_pending_age_ms: oldest.map_or(0, |at| now_ms.saturating_sub(at)),
                 },
                 ..Gauges::default()
             }

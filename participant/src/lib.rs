@@ -15,7 +15,8 @@
 //! circles; `tests/architecture.rs` checks):
 //!
 //! 1. the ground: [`resource`] (what a service plugs in), [`tombstones`], [`epoch_bound`],
-//!    [`crash`], [`decision_client`], `metrics`, then [`fence`] (fencing tokens), `locks`,
+//!    [`crash`], [`decision_client`], `metrics`, then [`fence`] (fencing tokens), [`outbox`]
+//!    (a write's next intents, their table), `locks`,
 //!    `rejection`, and what the log holds: `saga_barrier` (what the saga barrier remembers)
 //!    and [`record`];
 //! 2. the engine: [`engine`], the pure state machine (inside it, `types` and `sender`, then
@@ -24,7 +25,8 @@
 //! 3. the shell: [`service`] (the engine behind a mutex, with the log), [`open`] (recovery),
 //!    `resolver` (in-doubt queries) and `saga_service`;
 //! 4. HTTP: `api_error` (the error body every route answers with), `cross_site` and [`auth`]
-//!    (the guard), `fence_http`, then [`http`] (the routes);
+//!    (the guard), `fence_http` and `outbox_http` (the outbox's routes), then [`http`] (the
+//!    routes);
 //! 5. the process: [`cli::args`] (every flag), the services that read them, [`kv`] (the
 //!    reference store, its routes and its process) and [`postgres`] (the PostgreSQL
 //!    backend), and last [`cli`], `twopc participant`, which picks the backend.
@@ -47,6 +49,8 @@ pub mod kv;
 mod locks;
 mod metrics;
 pub mod open;
+pub mod outbox;
+mod outbox_http;
 pub mod postgres;
 pub mod record;
 mod rejection;
@@ -62,8 +66,9 @@ pub use config::ParticipantConfig;
 pub use engine::{Command, Engine, EngineConfig, Event, Reply};
 pub use http::{ApiError, finish};
 pub use open::OpenError;
+pub use outbox::Write;
 pub use rejection::Rejection;
-pub use resource::{InvalidPayload, Resource};
+pub use resource::{CheckFailed, InvalidPayload, Resource};
 pub use saga_service::{OpQueryError, SagaOpError};
 pub use service::{Participant, RequestError};
 pub use wal::{SyncPolicy, WalOptions};

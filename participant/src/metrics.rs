@@ -41,7 +41,20 @@ pub(crate) struct Gauges {
     /// How long the oldest prepared attempt has held its locks, in ms (0: none prepared).
     pub oldest_prepared_age_ms: u64,
     pub fences: FenceNumbers,
+    pub outbox: OutboxNumbers,
     pub wal: wal::WalStats,
+}
+
+/// The outbox's counters (kept by the table, exact across restarts) and its open intents.
+#[derive(Debug, Default)]
+pub(crate) struct OutboxNumbers {
+    pub written: u64,
+    pub delivered: u64,
+    pub attempts_failed: u64,
+    pub pending: u64,
+    pub failed: u64,
+    /// How long the oldest pending intent has waited, in ms (0: none pending).
+    pub oldest_pending_age_ms: u64,
 }
 
 /// The fence table's size, floor and what retention took (docs/leases.md, "Retention").
@@ -215,6 +228,7 @@ impl Metrics {
             &self.lock_wait_seconds,
         );
         fence_numbers(&mut out, &gauges.fences);
+        outbox_numbers(&mut out, &gauges.outbox);
         wal_numbers(&mut out, &gauges.wal);
         out.text()
     }
@@ -244,6 +258,43 @@ fn fence_numbers(out: &mut Exposition, fences: &FenceNumbers) {
         "twopc_participant_fence_resets",
         "Operator resets of fences kept in the audit trail",
         as_u64(fences.resets),
+    );
+}
+
+fn outbox_numbers(out: &mut Exposition, outbox: &OutboxNumbers) {
+    for (name, help, value) in [
+        (
+            "twopc_participant_outbox_intents_written_total",
+            "Intents recorded with their writes",
+            outbox.written,
+        ),
+        (
+            "twopc_participant_outbox_delivered_total",
+            "Intents reported delivered by relays",
+            outbox.delivered,
+        ),
+        (
+            "twopc_participant_outbox_attempts_failed_total",
+            "Delivery attempts reported without a delivery (outcome unknown, or refused)",
+            outbox.attempts_failed,
+        ),
+    ] {
+        out.counter(name, help, value);
+    }
+    out.gauge(
+        "twopc_participant_outbox_pending",
+        "Intents waiting for delivery",
+        outbox.pending,
+    );
+    out.gauge(
+        "twopc_participant_outbox_failed",
+        "Intents refused for good, holding back their aggregates until an operator acts",
+        outbox.failed,
+    );
+    out.gauge_f64(
+        "twopc_participant_outbox_oldest_pending_age_seconds",
+        "How long the oldest pending intent has waited, in seconds (0: none)",
+        outbox.oldest_pending_age_ms as f64 / 1000.0,
     );
 }
 

@@ -84,6 +84,11 @@ pub enum Record {
     /// A fenced write outside 2PC (type 20): the token check's result (the resource's highest
     /// token becomes at least `token`), the value (`payload`, applied at replay) and the op's
     /// answer (`receipt`), in one record forced before the answer.
+    ///
+    /// The same record carries an unfenced write (`unfenced`: `resource` and `token` are then
+    /// empty and 0, only its op id guards it) and the write's `next` intents with the seqs they
+    /// got (the outbox, issue 29): the state change and its intents are one fact. Both fields
+    /// are absent from older records, which replay as fenced writes without intents.
     FencedWrite {
         op_id: String,
         resource: String,
@@ -91,6 +96,10 @@ pub enum Record {
         payload: serde_json::Value,
         receipt: serde_json::Value,
         at_ms: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        unfenced: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        next: Vec<crate::outbox::RecordedIntent>,
     },
     /// A barrier (type 21) before an answer that rests on earlier records (a fenced write's
     /// repeated op id or stale-token refusal; a repeated saga op or a saga op's status):
@@ -109,6 +118,18 @@ pub enum Record {
     /// An operator's reset of a fenced resource's highest token (type 22): who, why, from
     /// what to what. Forced before the answer; replay lowers the highest token again.
     FenceReset(crate::fence::FenceReset),
+    /// A change to one outbox intent (type 24): a relay's delivered or attempt report, or an
+    /// operator's retry or mark (who and why in it). Forced before the answer; replay applies
+    /// it again.
+    Intent {
+        event_id: String,
+        change: crate::outbox::IntentChange,
+        at_ms: u64,
+    },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The highest epoch seen from one coordinator id, and the run that claimed it.
@@ -151,6 +172,7 @@ impl Record {
             Record::FencedRepeat { .. } => 21,
             Record::FenceReset(_) => 22,
             Record::FencedStale { .. } => 23,
+            Record::Intent { .. } => 24,
         })
     }
 
@@ -166,6 +188,7 @@ impl Record {
             Record::FencedRepeat { .. } => "fenced_repeat",
             Record::FenceReset(_) => "fence_reset",
             Record::FencedStale { .. } => "fenced_stale",
+            Record::Intent { .. } => "intent",
         }
     }
 
@@ -207,7 +230,8 @@ impl Record {
             Record::FencedWrite { .. }
             | Record::FencedRepeat { .. }
             | Record::FenceReset(_)
-            | Record::FencedStale { .. } => return None,
+            | Record::FencedStale { .. }
+            | Record::Intent { .. } => return None,
         };
         Some((
             coordinator_id,
@@ -232,7 +256,7 @@ impl Record {
     ) -> Result<Record, DecodeError> {
         if !(1..=5).contains(&record_type.0)
             && record_type.0 != 10
-            && !(20..=23).contains(&record_type.0)
+            && !(20..=24).contains(&record_type.0)
         {
             return Err(DecodeError::UnknownType {
                 seq,
@@ -302,6 +326,14 @@ mod tests {
             Record::FencedRepeat {
                 op_id: "w-1".into(),
             },
+            Record::Intent {
+                event_id: "e-1".into(),
+                change: crate::outbox::IntentChange::Attempt {
+                    error: "timeout".into(),
+                    permanent: false,
+                },
+                at_ms: 5,
+            },
         ];
         for record in fence_records {
             let bytes = record.encode();
@@ -310,6 +342,12 @@ mod tests {
                 record
             );
         }
+        // A fenced write logged before the outbox replays as a fenced write without intents.
+        let old = br#"{"type":"fenced_write","op_id":"w","resource":"r","token":3,"payload":{},"receipt":null,"at_ms":1}"#;
+        assert!(matches!(
+            Record::decode(1, RecordType(20), old),
+            Ok(Record::FencedWrite { unfenced: false, ref next, .. }) if next.is_empty()
+        ));
         // A record written before attempts had global ids is refused by name, never guessed.
         let old = br#"{"type":"committed","txid":"t1","coordinator_id":"c","epoch":2,"at_ms":5}"#;
         assert!(matches!(

@@ -61,6 +61,43 @@ pub enum Rejection {
     /// An operator's fence reset that does not apply.
     #[error("{0}")]
     ResetRefused(crate::fence::ResetRefused),
+    /// A write's condition (a `check` op) does not hold: nothing written, no intent recorded.
+    #[error("condition failed: {0}")]
+    ConditionFailed(String),
+    /// A write's intents cannot be recorded as given (ids, count, duplicates, size).
+    #[error("next: {0}")]
+    InvalidIntent(crate::outbox::IntentProblem),
+    #[error(
+        "event_id {event_id:?} was already recorded by write {op_id:?}; an intent's id names \
+         one intent for ever: use a new event_id"
+    )]
+    EventIdConflict { event_id: String, op_id: String },
+    #[error("no intent {event_id:?} in this outbox (never written, or settled past retention)")]
+    IntentUnknown { event_id: String },
+    #[error(
+        "intent {event_id:?} is seq {seq} of aggregate {aggregate:?}, but its seq {earlier_seq} \
+         ({earlier:?}) is still open: intents of one aggregate are delivered in order"
+    )]
+    IntentOutOfOrder {
+        event_id: String,
+        aggregate: String,
+        seq: u64,
+        earlier: String,
+        earlier_seq: u64,
+    },
+    #[error("intent {event_id:?} is {state}; {action} takes {takes} intents only")]
+    IntentNotPending {
+        event_id: String,
+        state: &'static str,
+        action: &'static str,
+        takes: &'static str,
+    },
+    /// A mark without `state: delivered|abandoned`.
+    #[error("{0}")]
+    InvalidMark(String),
+    /// An operator action without operator or reason, or with one too long.
+    #[error("{0}")]
+    InvalidOperator(String),
 }
 
 impl Rejection {
@@ -82,7 +119,15 @@ impl Rejection {
             | Rejection::KeyLocked { .. }
             | Rejection::OpIdConflict { .. }
             | Rejection::FenceRefused(_)
-            | Rejection::ResetRefused(_) => None,
+            | Rejection::ResetRefused(_)
+            | Rejection::ConditionFailed(_)
+            | Rejection::InvalidIntent(_)
+            | Rejection::EventIdConflict { .. }
+            | Rejection::IntentUnknown { .. }
+            | Rejection::IntentOutOfOrder { .. }
+            | Rejection::IntentNotPending { .. }
+            | Rejection::InvalidMark(_)
+            | Rejection::InvalidOperator(_) => None,
         }
     }
 
@@ -107,6 +152,17 @@ impl Rejection {
                 crate::fence::ResetRefused::Changed { .. } => ErrorCode::FenceChanged,
                 crate::fence::ResetRefused::NotLower { .. } => ErrorCode::InvalidReset,
             },
+            Rejection::ConditionFailed(_) => ErrorCode::ConditionFailed,
+            Rejection::InvalidIntent(crate::outbox::IntentProblem::Id(_)) => ErrorCode::InvalidId,
+            Rejection::InvalidIntent(crate::outbox::IntentProblem::Shape(_)) => {
+                ErrorCode::InvalidPayload
+            }
+            Rejection::EventIdConflict { .. } => ErrorCode::IdConflict,
+            Rejection::IntentUnknown { .. } => ErrorCode::NotFound,
+            Rejection::IntentOutOfOrder { .. } => ErrorCode::IntentOutOfOrder,
+            Rejection::IntentNotPending { .. } => ErrorCode::NotPending,
+            Rejection::InvalidMark(_) => ErrorCode::InvalidPayload,
+            Rejection::InvalidOperator(_) => ErrorCode::InvalidOperator,
         }
     }
 }

@@ -24,6 +24,16 @@ impl fmt::Display for InvalidPayload {
     }
 }
 
+/// Why a write outside 2PC cannot apply against the committed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckFailed {
+    /// A condition the write states (a `check` op: a version it expects) does not hold:
+    /// 409 `condition_failed`, nothing written, no intent recorded.
+    Condition(String),
+    /// Anything else `check` refuses (422 `invalid_payload`).
+    Other(String),
+}
+
 /// A service's state, driven by the participant library.
 ///
 /// Every method must be deterministic: recovery replays the log through `parse` and `apply`
@@ -63,6 +73,23 @@ pub trait Resource: Send + 'static {
     /// wrote, read just after applying it; kept with its op id, so a repeat answers the same.
     fn receipt(&self, _keys: &[String]) -> serde_json::Value {
         serde_json::Value::Null
+    }
+
+    /// [`Resource::check`] for a write outside 2PC ([`crate::Participant::write`]), telling a
+    /// failed condition from other refusals. The default calls it `Other`.
+    fn check_write(&self, staged: &Self::Staged) -> Result<(), CheckFailed> {
+        self.check(staged).map_err(CheckFailed::Other)
+    }
+
+    /// The keys a write changes (its receipt names them); the default: its lock keys.
+    fn written_keys(&self, staged: &Self::Staged) -> Vec<String> {
+        self.lock_keys(staged)
+    }
+
+    /// What [`crate::Participant::write`] answers about the `keys` it changed, read just after
+    /// applying it and kept with its op id; the default: [`Resource::receipt`].
+    fn write_receipt(&self, keys: &[String]) -> serde_json::Value {
+        self.receipt(keys)
     }
 
     /// The committed state, for checkpoints.

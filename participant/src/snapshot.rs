@@ -1,7 +1,7 @@
 //! Checkpoints: the engine's whole state as one JSON document, so the log can drop old
 //! segments. It holds the resource's committed state, the prepared set (payloads, not staged
 //! values: they are parsed again on restore, which also takes the locks again), the highest
-//! epoch per coordinator and the tombstones.
+//! epoch per coordinator, the tombstones, the fence table and the outbox.
 
 use protocol::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 use serde::{Deserialize, Serialize};
@@ -39,6 +39,10 @@ pub struct Snapshot {
     /// Fencing tokens and fenced-write answers (absent in snapshots written before them).
     #[serde(default, skip_serializing_if = "crate::fence::Fences::is_empty")]
     pub fences: crate::fence::Fences,
+    /// The outbox: intents recorded with writes (absent in snapshots written before it). One
+    /// cut with the store and the fences: a write and its intents are in it together or not.
+    #[serde(default, skip_serializing_if = "crate::outbox::Outbox::is_empty")]
+    pub outbox: crate::outbox::Outbox,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,6 +122,7 @@ impl<R: Resource> Engine<R> {
                 })
                 .collect(),
             fences: self.fences.clone(),
+            outbox: self.outbox.clone(),
         }
     }
 
@@ -136,6 +141,8 @@ impl<R: Resource> Engine<R> {
         let mut engine = Engine::new(config, resource);
         engine.fences = snapshot.fences;
         engine.fences.reindex();
+        engine.outbox = snapshot.outbox;
+        engine.outbox.reindex();
         for entry in snapshot.epochs {
             engine.epochs.insert(
                 entry.coordinator_id,

@@ -148,7 +148,11 @@ fn no() -> impl Fn(&Reply) -> bool {
 fn rejected(r: &Reply) -> Option<ErrorCode> {
     match r {
         Reply::Reject(rejection) => Some(rejection.code()),
-        Reply::Vote(_) | Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_) => None,
+        Reply::Vote(_)
+        | Reply::Ack
+        | Reply::Fenced(_)
+        | Reply::FenceReset(_)
+        | Reply::Intent(_) => None,
     }
 }
 

@@ -150,7 +150,8 @@ impl ParticipantNode {
             | Record::FencedWrite { .. }
             | Record::FencedRepeat { .. }
             | Record::FenceReset(_)
-            | Record::FencedStale { .. } => {}
+            | Record::FencedStale { .. }
+            | Record::Intent { .. } => {}
         }
     }
 
@@ -375,7 +376,10 @@ impl ParticipantNode {
                 let (answer, wait) = match self.step(io, event) {
                     Some((Reply::Ack, wait)) => (Ok(()), wait),
                     Some((Reply::Reject(r), wait)) => (Err(refusal(&r)), wait),
-                    Some((Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_), wait)) => (
+                    Some((
+                        Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_) | Reply::Intent(_),
+                        wait,
+                    )) => (
                         Err(ErrorBody::new(ErrorCode::Internal, "vote to a decision")),
                         wait,
                     ),
@@ -392,7 +396,7 @@ impl ParticipantNode {
         let answer = match reply {
             Reply::Vote(vote) => Ok(vote),
             Reply::Reject(r) => Err(refusal(&r)),
-            Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_) => {
+            Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_) | Reply::Intent(_) => {
                 Err(ErrorBody::new(ErrorCode::Internal, "ack to a prepare"))
             }
         };

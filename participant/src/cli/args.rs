@@ -102,6 +102,10 @@ pub struct Args {
     /// Most fenced-write answers kept (the oldest go first).
     #[arg(long, default_value_t = 1_000_000)]
     pub op_answers_max: usize,
+    /// How long delivered and abandoned outbox intents are kept (then dropped); pending and
+    /// failed intents are kept whatever their age.
+    #[arg(long, default_value_t = crate::outbox::table::OUTBOX_RETENTION_MS_DEFAULT)]
+    pub outbox_retention_ms: u64,
     /// Never fsync the log. For benchmark baselines only: a yes vote is then no promise.
     #[arg(long)]
     pub unsafe_no_fsync: bool,

@@ -1,115 +1,19 @@
-//! Fenced writes outside 2PC: one step checks the op id, the token (its proof or jump bound,
-//! then the highest-token rule) and the locks, applies the write and logs token, value and
-//! answer in one forced record. The operator's audited reset, the fence table's retention, and
-//! the fence's part in 2PC and sagas: the lock keys a fence claim takes.
-
-use protocol::lease::FenceClaim;
+//! The fence table's upkeep in the engine: the operator's audited reset, the retention pass,
+//! and the replay of stale-token refusals. Fenced writes themselves go through the write path
+//! of `outbox` (a fenced write is a write without intents).
 
 use super::Engine;
-use super::types::{Command, ReplayError, Reply};
-use crate::fence::{
-    FenceRefusal, FenceReset, FenceResetRequest, FencedAnswer, FencedWrite, OpIdReused, lock_key,
-};
-use crate::locks::lock_keys;
+use super::types::{Command, Reply};
+use crate::fence::{FenceReset, FenceResetRequest, FencedAnswer, lock_key};
 use crate::record::Record;
 use crate::rejection::Rejection;
 use crate::resource::Resource;
-
-/// A forced barrier record, then `reply`: the answer leaves only once everything logged before
-/// it is durable.
-fn barrier(op_id: String, reply: Reply) -> Vec<Command> {
-    vec![
-        Command::Log {
-            record: Record::FencedRepeat { op_id },
-            forced: true,
-        },
-        Command::Reply(reply),
-    ]
-}
 
 fn reject(rejection: Rejection) -> Vec<Command> {
     vec![Command::Reply(Reply::Reject(rejection))]
 }
 
 impl<R: Resource> Engine<R> {
-    pub(super) fn fenced_write(&mut self, write: FencedWrite, now_ms: u64) -> Vec<Command> {
-        let digest = write.digest();
-        match self.fences.repeat(&write.op_id, digest) {
-            // The first answer's record (or the state a refusal read) may still be in flight:
-            // the repeat waits behind a forced barrier.
-            Ok(Some(first)) => return barrier(write.op_id, Reply::Fenced(first.clone())),
-            Ok(None) => {}
-            Err(OpIdReused) => {
-                return reject(Rejection::OpIdConflict { op_id: write.op_id });
-            }
-        }
-        let staged = match self.resource.parse(&write.payload) {
-            Ok(staged) => staged,
-            Err(e) => return reject(Rejection::InvalidPayload(e.0)),
-        };
-        match self.fences.check(&write.fence, &self.config.fence) {
-            Ok(()) => {}
-            Err(FenceRefusal::Stale(stale)) => {
-                // Forced before the answer: it is the barrier behind which the writes that
-                // raised the highest token become durable, and it keeps the refusal itself
-                // across a crash, so even an operator's later reset of the highest token
-                // cannot let a retry of this write in.
-                let answer = FencedAnswer::Stale(stale.clone());
-                self.fences
-                    .remember(&write.op_id, digest, answer.clone(), now_ms);
-                return vec![
-                    Command::Log {
-                        record: Record::FencedStale {
-                            op_id: write.op_id,
-                            refusal: stale,
-                            digest,
-                            at_ms: now_ms,
-                        },
-                        forced: true,
-                    },
-                    Command::Reply(Reply::Fenced(answer)),
-                ];
-            }
-            // A token the resource cannot trust: refused without touching the op id, so a
-            // forger cannot take an honest writer's op id either.
-            Err(refusal) => return reject(Rejection::FenceRefused(refusal)),
-        }
-        let written = self.resource.lock_keys(&staged);
-        let keys = lock_keys(written.clone(), std::slice::from_ref(&write.fence));
-        if let Some((key, holder)) = keys
-            .iter()
-            .find_map(|key| self.locks.holder(key).map(|h| (key.clone(), h.clone())))
-        {
-            return reject(Rejection::KeyLocked { key, holder });
-        }
-        if let Err(reason) = self.resource.check(&staged) {
-            return reject(Rejection::InvalidPayload(reason));
-        }
-        self.resource.apply(staged);
-        self.fences.accept(&write.fence, now_ms);
-        let receipt = self.resource.receipt(&written);
-        let answer = FencedAnswer::Applied {
-            token: write.fence.token,
-            receipt: receipt.clone(),
-        };
-        self.fences
-            .remember(&write.op_id, digest, answer.clone(), now_ms);
-        vec![
-            Command::Log {
-                record: Record::FencedWrite {
-                    op_id: write.op_id,
-                    resource: write.fence.resource,
-                    token: write.fence.token,
-                    payload: write.payload,
-                    receipt,
-                    at_ms: now_ms,
-                },
-                forced: true,
-            },
-            Command::Reply(Reply::Fenced(answer)),
-        ]
-    }
-
     /// An operator lowers a resource's highest token: checked against what they saw
     /// (compare-and-set), refused while a prepared transaction holds the resource's fence,
     /// then logged (forced) with who and why before the answer.
@@ -162,38 +66,5 @@ impl<R: Resource> Engine<R> {
     ) {
         self.fences
             .remember_replayed(op_id, digest, FencedAnswer::Stale(refusal), at_ms);
-    }
-
-    /// A logged fenced write, at replay: applied in log order, whatever the highest token is
-    /// now (the check passed when it was written). Records after the checkpoint are replayed
-    /// once each; an op id met twice was reused after retention took its first answer, and
-    /// the live engine applied both, so replay does too.
-    pub(super) fn replay_fenced_write(
-        &mut self,
-        op_id: String,
-        resource: String,
-        token: u64,
-        payload: &serde_json::Value,
-        receipt: serde_json::Value,
-        at_ms: u64,
-    ) -> Result<(), ReplayError> {
-        let staged = self
-            .resource
-            .parse(payload)
-            .map_err(|e| ReplayError::FencedWrite {
-                op_id: op_id.clone(),
-                reason: e.0,
-            })?;
-        self.resource.apply(staged);
-        let digest = crate::fence::written_digest(&resource, token, payload);
-        self.fences
-            .accept(&FenceClaim::unproven(resource, token), at_ms);
-        self.fences.remember_replayed(
-            &op_id,
-            digest,
-            FencedAnswer::Applied { token, receipt },
-            at_ms,
-        );
-        Ok(())
     }
 }

@@ -13,6 +13,9 @@
 mod decide;
 mod fenced;
 mod in_doubt;
+mod outbox;
+#[cfg(test)]
+mod outbox_tests;
 mod prepare;
 mod replay;
 pub mod saga;
@@ -54,6 +57,8 @@ pub struct Engine<R: Resource> {
     pub(crate) saga_barrier: crate::saga_barrier::Barrier,
     /// Highest fencing token per fenced resource, and fenced writes' answers by op id.
     pub(crate) fences: crate::fence::Fences,
+    /// Intents recorded with writes, and what relays and operators said of them.
+    pub(crate) outbox: crate::outbox::Outbox,
 }
 
 impl<R: Resource> Engine<R> {
@@ -69,6 +74,7 @@ impl<R: Resource> Engine<R> {
             waits: Waits::default(),
             saga_barrier: crate::saga_barrier::Barrier::new(),
             fences: crate::fence::Fences::default(),
+            outbox: crate::outbox::Outbox::default(),
         }
     }
 
@@ -79,6 +85,11 @@ impl<R: Resource> Engine<R> {
     /// The fencing tokens accepted and the fenced writes' answers.
     pub fn fences(&self) -> &crate::fence::Fences {
         &self.fences
+    }
+
+    /// The outbox: intents recorded with writes.
+    pub fn outbox(&self) -> &crate::outbox::Outbox {
+        &self.outbox
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -201,6 +212,7 @@ impl<R: Resource> Engine<R> {
             Event::Tick { now_ms } => {
                 self.tombstones.prune(now_ms);
                 self.prune_fences(now_ms);
+                self.outbox.prune(now_ms, &self.config.outbox_retention);
                 self.tick(now_ms)
             }
             Event::DecisionAnswer {
@@ -209,7 +221,13 @@ impl<R: Resource> Engine<R> {
                 now_ms,
                 entropy,
             } => self.decision_answer(gtid, answer, now_ms, entropy),
-            Event::FencedWrite { write, now_ms } => self.fenced_write(write, now_ms),
+            Event::FencedWrite { write, now_ms } => self.write(write.into(), false, now_ms),
+            Event::Write { write, now_ms } => self.write(write, true, now_ms),
+            Event::Intent {
+                event_id,
+                request,
+                now_ms,
+            } => self.intent_request(event_id, request, now_ms),
             Event::ResetFence { request, now_ms } => self.reset_fence(request, now_ms),
         }
     }

@@ -7,6 +7,7 @@
 //! promise, and dropping it would leave the attempt with no locks and no staged change.
 
 use protocol::digest::Digest;
+use protocol::lease::FenceClaim;
 use protocol::{GlobalTxId, TxId};
 
 use super::Engine;
@@ -120,7 +121,21 @@ impl<R: Resource> Engine<R> {
                 payload,
                 receipt,
                 at_ms,
-            } => self.replay_fenced_write(op_id, resource, token, &payload, receipt, at_ms)?,
+                unfenced,
+                next,
+            } => self.replay_write(super::outbox::LoggedWrite {
+                op_id,
+                fence: (!unfenced).then(|| FenceClaim::unproven(resource, token)),
+                payload,
+                receipt,
+                at_ms,
+                next,
+            })?,
+            Record::Intent {
+                event_id,
+                change,
+                at_ms,
+            } => self.replay_intent(&event_id, &change, at_ms),
         }
         Ok(())
     }

@@ -35,6 +35,8 @@ pub struct EngineConfig {
     pub fence: crate::fence::FencePolicy,
     /// How long fenced resources' highest tokens and op ids' answers are kept.
     pub fence_retention: crate::fence::table::FenceRetention,
+    /// How long delivered and abandoned intents are kept (pending and failed: always).
+    pub outbox_retention: crate::outbox::OutboxRetention,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +52,7 @@ impl Default for EngineConfig {
             epoch_jump_max: Some(crate::epoch_bound::EPOCH_JUMP_MAX_DEFAULT),
             fence: crate::fence::FencePolicy::default(),
             fence_retention: crate::fence::table::FenceRetention::default(),
+            outbox_retention: crate::outbox::OutboxRetention::default(),
         }
     }
 }
@@ -90,6 +93,17 @@ pub enum Event {
         write: crate::fence::FencedWrite,
         now_ms: u64,
     },
+    /// A write outside 2PC, fenced or not, with the intents it records (`crate::outbox`).
+    Write {
+        write: crate::outbox::Write,
+        now_ms: u64,
+    },
+    /// A relay's report on an intent, or an operator's action on it (`crate::outbox`).
+    Intent {
+        event_id: String,
+        request: crate::outbox::IntentRequest,
+        now_ms: u64,
+    },
     /// An operator lowers a fenced resource's highest token (audited; `crate::fence::table`).
     ResetFence {
         request: crate::fence::FenceResetRequest,
@@ -107,6 +121,8 @@ impl Event {
             | Event::Tick { now_ms }
             | Event::DecisionAnswer { now_ms, .. }
             | Event::FencedWrite { now_ms, .. }
+            | Event::Write { now_ms, .. }
+            | Event::Intent { now_ms, .. }
             | Event::ResetFence { now_ms, .. } => *now_ms,
         }
     }
@@ -139,6 +155,8 @@ pub enum Reply {
     Fenced(crate::fence::FencedAnswer),
     /// An operator's reset, as logged.
     FenceReset(crate::fence::FenceReset),
+    /// An intent as it stands after a report or an operator's action.
+    Intent(Box<protocol::outbox::OutboxEntry>),
 }
 
 /// A transaction holding its locks between prepare and decision.

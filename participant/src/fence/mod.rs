@@ -49,7 +49,7 @@ impl FencedWrite {
 }
 
 /// The fenced resource's name and, when given, the holder's.
-fn check_claim_ids(claim: &FenceClaim) -> Result<(), protocol::IdError> {
+pub(crate) fn check_claim_ids(claim: &FenceClaim) -> Result<(), protocol::IdError> {
     check_lease_id("fence resource", &claim.resource)?;
     match &claim.holder {
         Some(holder) => check_lease_id("fence holder", holder),

@@ -31,11 +31,16 @@ pub use retention::FenceRetention;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum FencedAnswer {
-    /// Applied under `token`; `receipt` is what the resource said about the write
-    /// ([`crate::Resource::receipt`]).
+    /// Applied under `token` (0 for a write without a fence); `receipt` is what the resource
+    /// said about the write ([`crate::Resource::receipt`], or `write_receipt` for a
+    /// [`crate::Participant::write`]).
     Applied {
         token: u64,
         receipt: serde_json::Value,
+        /// The intents the write recorded, with their seqs (none for a plain fenced write,
+        /// and in answers kept before the outbox).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        intents: Vec<protocol::outbox::IntentRef>,
     },
     /// Refused, never applied.
     Stale(StaleToken),

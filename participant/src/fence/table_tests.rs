@@ -56,6 +56,7 @@ fn the_first_answer_is_kept() {
     let first = FencedAnswer::Applied {
         token: 1,
         receipt: json!({"version": 1}),
+        intents: Vec::new(),
     };
     let digest = Digest(1);
     fences.remember("w-1", digest, first.clone(), 5);
@@ -65,6 +66,7 @@ fn the_first_answer_is_kept() {
         FencedAnswer::Applied {
             token: 2,
             receipt: json!(null),
+            intents: Vec::new(),
         },
         6,
     );
@@ -137,6 +139,7 @@ fn retention_takes_old_answers_and_idle_resources_into_the_floor() {
     let applied = FencedAnswer::Applied {
         token: 10,
         receipt: json!(null),
+        intents: Vec::new(),
     };
     for (i, op) in ["a", "b", "c"].iter().enumerate() {
         fences.remember(op, Digest(i as u128), applied.clone(), 10 + i as u64);

@@ -63,6 +63,9 @@ impl Args {
             answers_ms: self.op_answer_retention_ms,
             answers_max: self.op_answers_max,
         };
+        config.engine.outbox_retention = crate::outbox::OutboxRetention {
+            settled_ms: self.outbox_retention_ms,
+        };
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);

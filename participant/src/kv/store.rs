@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use protocol::kv::{KEY_LEN_MAX, KvEntry, KvOp, KvPayload, OPS_MAX};
 use serde::{Deserialize, Serialize};
 
-use crate::resource::{InvalidPayload, Resource};
+use crate::resource::{CheckFailed, InvalidPayload, Resource};
 
 /// One committed value. `version` rises with every committed write; absent keys are version 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,7 +74,10 @@ impl KvStore {
 
     /// Runs `ops` in order against the committed state; returns the final slot of every key
     /// written (`None` = deleted), or the reason to vote no.
-    fn simulate<'a>(&self, ops: &'a [KvOp]) -> Result<BTreeMap<&'a str, Option<Slot>>, String> {
+    fn simulate<'a>(
+        &self,
+        ops: &'a [KvOp],
+    ) -> Result<BTreeMap<&'a str, Option<Slot>>, CheckFailed> {
         let mut overlay: BTreeMap<&str, Option<Slot>> = BTreeMap::new();
         for op in ops.iter().filter(|op| !op.is_fence()) {
             let key = op.key();
@@ -100,18 +103,21 @@ impl KvStore {
                     let now = match &current {
                         None => 0,
                         Some(slot) => slot.value.as_i64().ok_or_else(|| {
-                            format!("key {key:?} holds {}, not an integer", slot.value)
+                            CheckFailed::Other(format!(
+                                "key {key:?} holds {}, not an integer",
+                                slot.value
+                            ))
                         })?,
                     };
-                    let next = now
-                        .checked_add(*delta)
-                        .ok_or_else(|| format!("key {key:?}: {now} + {delta} overflows"))?;
+                    let next = now.checked_add(*delta).ok_or_else(|| {
+                        CheckFailed::Other(format!("key {key:?}: {now} + {delta} overflows"))
+                    })?;
                     if let Some(min) = min
                         && next < *min
                     {
-                        return Err(format!(
+                        return Err(CheckFailed::Other(format!(
                             "key {key:?} would go from {now} to {next}, below its min {min}"
-                        ));
+                        )));
                     }
                     overlay.insert(
                         key,
@@ -127,9 +133,9 @@ impl KvStore {
                     version: expected, ..
                 } => {
                     if version != *expected {
-                        return Err(format!(
+                        return Err(CheckFailed::Condition(format!(
                             "key {key:?} is at version {version}, not {expected}"
-                        ));
+                        )));
                     }
                 }
             }
@@ -180,7 +186,38 @@ impl Resource for KvStore {
     }
 
     fn check(&self, staged: &KvStaged) -> Result<(), String> {
+        self.check_write(staged).map_err(|e| match e {
+            CheckFailed::Condition(reason) | CheckFailed::Other(reason) => reason,
+        })
+    }
+
+    fn check_write(&self, staged: &KvStaged) -> Result<(), CheckFailed> {
         self.simulate(&staged.ops).map(|_| ())
+    }
+
+    /// The keys put, deleted or added to (not those only checked), each once, in op order.
+    fn written_keys(&self, staged: &KvStaged) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for op in &staged.ops {
+            if matches!(
+                op,
+                KvOp::Put { .. } | KvOp::Delete { .. } | KvOp::Add { .. }
+            ) && !keys.iter().any(|k| k == op.key())
+            {
+                keys.push(op.key().to_string());
+            }
+        }
+        keys
+    }
+
+    /// `[{"key", "version"}]` per key written (no version: deleted); `POST /v1/kv` answers it.
+    fn write_receipt(&self, keys: &[String]) -> serde_json::Value {
+        keys.iter()
+            .map(|key| match self.entries.get(key) {
+                Some(slot) => serde_json::json!({"key": key, "version": slot.version}),
+                None => serde_json::json!({"key": key}),
+            })
+            .collect()
     }
 
     fn apply(&mut self, staged: KvStaged) {
@@ -198,7 +235,9 @@ impl Resource for KvStore {
                 }
             }
             // Cannot happen: check passed under the same locks. Never half-apply.
-            Err(reason) => tracing::error!(%reason, "a committed transaction no longer applies"),
+            Err(CheckFailed::Condition(reason) | CheckFailed::Other(reason)) => {
+                tracing::error!(%reason, "a committed transaction no longer applies")
+            }
         }
     }
 

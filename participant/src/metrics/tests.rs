@@ -23,7 +23,7 @@ fn series(text: &str) -> Vec<String> {
 
 /// The series a reference participant exported before the text was written by
 /// `prometheus-client` (a live scrape of that version, values removed).
-const SERIES: [&str; 70] = [
+const SERIES: [&str; 82] = [
     "# TYPE twopc_participant_batched_items_total counter",
     "# TYPE twopc_participant_batches_total counter",
     "# TYPE twopc_participant_checkpoint_failures_total counter",
@@ -43,6 +43,12 @@ const SERIES: [&str; 70] = [
     "# TYPE twopc_participant_locked_keys gauge",
     "# TYPE twopc_participant_log_failed gauge",
     "# TYPE twopc_participant_oldest_prepared_age_ms gauge",
+    "# TYPE twopc_participant_outbox_attempts_failed_total counter",
+    "# TYPE twopc_participant_outbox_delivered_total counter",
+    "# TYPE twopc_participant_outbox_failed gauge",
+    "# TYPE twopc_participant_outbox_intents_written_total counter",
+    "# TYPE twopc_participant_outbox_oldest_pending_age_seconds gauge",
+    "# TYPE twopc_participant_outbox_pending gauge",
     "# TYPE twopc_participant_prepared gauge",
     "# TYPE twopc_participant_rejected_total counter",
     "# TYPE twopc_participant_tombstones gauge",
@@ -86,6 +92,12 @@ const SERIES: [&str; 70] = [
     "twopc_participant_locked_keys",
     "twopc_participant_log_failed",
     "twopc_participant_oldest_prepared_age_ms",
+    "twopc_participant_outbox_attempts_failed_total",
+    "twopc_participant_outbox_delivered_total",
+    "twopc_participant_outbox_failed",
+    "twopc_participant_outbox_intents_written_total",
+    "twopc_participant_outbox_oldest_pending_age_seconds",
+    "twopc_participant_outbox_pending",
     "twopc_participant_prepared",
     "twopc_participant_rejected_total",
     "twopc_participant_tombstones",
@@ -135,6 +147,12 @@ fn values_are_the_counters_and_what_the_scrape_read() {
             pruned_op_answers: 4,
             ..FenceNumbers::default()
         },
+        outbox: OutboxNumbers {
+            written: 3,
+            pending: 2,
+            oldest_pending_age_ms: 1_500,
+            ..OutboxNumbers::default()
+        },
         wal: wal::WalStats {
             fsyncs: 5,
             log_bytes_on_disk: 861,
@@ -155,6 +173,9 @@ fn values_are_the_counters_and_what_the_scrape_read() {
         "twopc_participant_fence_pruned_total{what=\"op_answer\"} 4\n",
         "twopc_wal_fsyncs_total 5\n",
         "twopc_wal_bytes_on_disk 861\n",
+        "twopc_participant_outbox_intents_written_total 3\n",
+        "twopc_participant_outbox_pending 2\n",
+        "twopc_participant_outbox_oldest_pending_age_seconds 1.5\n",
         "# TYPE twopc_wal_fsyncs_total counter\n",
     ] {
         assert!(text.contains(line), "{line} missing in\n{text}");

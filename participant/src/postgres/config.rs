@@ -5,9 +5,6 @@
 /// per statement, several per round trip).
 pub const DECISION_CONNECTIONS_DEFAULT: usize = 4;
 
-/// How long delivered and abandoned intents stay in the outbox by default: 7 days.
-pub const OUTBOX_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600 * 1_000;
-
 /// Configuration of a [`super::PgParticipant`].
 #[derive(Debug, Clone)]
 pub struct PgConfig {
@@ -70,7 +67,7 @@ impl PgConfig {
             keys: protocol::auth::KeyRing::default(),
             loopback_listen: true,
             coordinator_tls: None,
-            outbox_retention_ms: OUTBOX_RETENTION_MS_DEFAULT,
+            outbox_retention_ms: crate::outbox::table::OUTBOX_RETENTION_MS_DEFAULT,
         }
     }
 }

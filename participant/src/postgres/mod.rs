@@ -39,7 +39,7 @@ pub use config::PgConfig;
 pub use error::PgError;
 pub use gid::{Gid, GidPrefix};
 pub use in_doubt::{PgPreparedEntry, PgPreparedList};
-pub use outbox::{Action, OutboxError, StateFilter};
+pub use outbox::{Action, OutboxError};
 pub use pool::redact;
 pub use schema::CREATE_SQL;
 pub use statements::{StatementSpec, Statements};

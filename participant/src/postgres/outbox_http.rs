@@ -3,11 +3,7 @@
 //! `GET /v1/outbox/{event_id}`, `POST .../delivered`, `.../attempt`, `.../retry`, `.../mark`),
 //! so one relay serves both backends. It decodes and answers; `super::write` and
 //! `super::outbox` do the work.
-//!
-//! The query of `GET /v1/outbox` is parsed here (`state`, `aggregate`, `limit`); the KV side
-//! parses the same query, to be shared once both are merged.
-
-use std::collections::HashMap;
+//! The listing's query is parsed by the KV participant's parser (`crate::outbox_http`).
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -19,14 +15,15 @@ use protocol::auth::Caller;
 use protocol::ids::check_id;
 use protocol::outbox::{
     AttemptReport, DeliveredReport, IntentActionRequest, IntentState, OUTBOX_ID_LEN_MAX,
-    OUTBOX_LIST_LIMIT_MAX, OutboxEntry, OutboxList, PgWriteRequest, PgWriteResponse,
+    OutboxEntry, OutboxList, PgWriteRequest, PgWriteResponse,
 };
 
 use super::backend::PgParticipant;
-use super::outbox::{Action, OutboxError, StateFilter};
+use super::outbox::{Action, OutboxError};
 use super::work::PgWork;
 use super::write::WriteError;
 use crate::api_error::{ApiError, json_body, path_param};
+use crate::outbox_http::{RawListQuery, parse_list_query};
 
 impl From<WriteError> for ApiError {
     fn from(error: WriteError) -> Self {
@@ -55,61 +52,6 @@ impl From<OutboxError> for ApiError {
     }
 }
 
-/// `GET /v1/outbox`'s query, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ListQuery {
-    pub(crate) filter: StateFilter,
-    pub(crate) aggregate: Option<String>,
-    pub(crate) limit: usize,
-}
-
-/// `state` (pending, failed, delivered, abandoned, open; all when absent), `aggregate`,
-/// `limit` (1 to [`OUTBOX_LIST_LIMIT_MAX`], which is also the default). Anything else is 400
-/// `invalid_query` naming it.
-pub(crate) fn list_query(query: &HashMap<String, String>) -> Result<ListQuery, ApiError> {
-    let invalid = |message: String| ApiError::new(ErrorCode::InvalidQuery, message);
-    if let Some(unknown) = query
-        .keys()
-        .find(|k| !["state", "aggregate", "limit"].contains(&k.as_str()))
-    {
-        return Err(invalid(format!(
-            "unknown query parameter {unknown:?}; the outbox takes state, aggregate and limit"
-        )));
-    }
-    let filter = match query.get("state") {
-        None => StateFilter::All,
-        Some(state) => StateFilter::parse(state).ok_or_else(|| {
-            invalid(format!(
-                "state {state:?} is not one of pending, failed, delivered, abandoned, open"
-            ))
-        })?,
-    };
-    let aggregate = match query.get("aggregate") {
-        Some(aggregate) => {
-            check_id("aggregate", aggregate, OUTBOX_ID_LEN_MAX)
-                .map_err(|e| invalid(e.to_string()))?;
-            Some(aggregate.clone())
-        }
-        None => None,
-    };
-    let limit = match query.get("limit") {
-        None => OUTBOX_LIST_LIMIT_MAX,
-        Some(text) => match text.parse::<usize>() {
-            Ok(limit) if (1..=OUTBOX_LIST_LIMIT_MAX).contains(&limit) => limit,
-            _ => {
-                return Err(invalid(format!(
-                    "limit {text:?} is not a number from 1 to {OUTBOX_LIST_LIMIT_MAX}"
-                )));
-            }
-        },
-    };
-    Ok(ListQuery {
-        filter,
-        aggregate,
-        limit,
-    })
-}
-
 fn event_id_param(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
     let event_id = path_param(path)?;
     check_id("event_id", &event_id, OUTBOX_ID_LEN_MAX)
@@ -126,12 +68,15 @@ pub(crate) async fn write<W: PgWork>(
     Ok(axum::Json(participant.write(request).await?))
 }
 
+/// The query is parsed as the KV participant's (`crate::outbox_http`), so both answer one
+/// query the same.
 pub(crate) async fn list<W: PgWork>(
     State(participant): State<PgParticipant<W>>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Result<Query<RawListQuery>, QueryRejection>,
 ) -> Result<axum::Json<OutboxList>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))?;
-    let query = list_query(&query)?;
+    let Query(raw) = query.map_err(|e| ApiError::new(ErrorCode::InvalidQuery, e.body_text()))?;
+    let query =
+        parse_list_query(raw).map_err(|problem| ApiError::new(ErrorCode::InvalidQuery, problem))?;
     Ok(axum::Json(
         participant
             .outbox(query.filter, query.aggregate.as_deref(), query.limit)
@@ -229,45 +174,4 @@ pub(crate) async fn mark<W: PgWork>(
         state,
     };
     Ok(axum::Json(participant.outbox_act(&event_id, action).await?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn the_listing_query_is_checked() {
-        let all = list_query(&query(&[])).unwrap();
-        assert_eq!(all.filter, StateFilter::All);
-        assert_eq!(all.limit, OUTBOX_LIST_LIMIT_MAX);
-        let open = list_query(&query(&[
-            ("state", "open"),
-            ("aggregate", "c:1"),
-            ("limit", "5"),
-        ]))
-        .unwrap();
-        assert_eq!(open.filter, StateFilter::Open);
-        assert_eq!(open.aggregate.as_deref(), Some("c:1"));
-        assert_eq!(open.limit, 5);
-        let failed = list_query(&query(&[("state", "failed")])).unwrap();
-        assert_eq!(failed.filter, StateFilter::One(IntentState::Failed));
-        for bad in [
-            query(&[("state", "stuck")]),
-            query(&[("limit", "0")]),
-            query(&[("limit", "1001")]),
-            query(&[("limit", "x")]),
-            query(&[("aggregate", "a b")]),
-            query(&[("sort", "seq")]),
-        ] {
-            let error = list_query(&bad).unwrap_err();
-            assert_eq!(error.code, ErrorCode::InvalidQuery, "{bad:?}");
-        }
-    }
 }

@@ -6,8 +6,11 @@
 //!   configuration, the metrics), its clock, and how a log failure stops it;
 //! - `requests`: the protocol's calls (prepare, commit, abort, fenced writes, fence resets,
 //!   ticks) and what each reply means to the caller;
+//! - `outbox`: writes with their next intents, relays' reports and operators' actions on
+//!   intents, and the durable reads of the outbox;
 //! - `step`: one engine step against the log, which every call goes through.
 
+mod outbox;
 mod requests;
 mod step;
 

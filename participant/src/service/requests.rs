@@ -73,9 +73,8 @@ impl<R: Resource> Participant<R> {
         let result = match reply {
             Some(Reply::Vote(vote)) => Ok(vote),
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_)) | None => {
-                Err(internal("prepare produced no vote"))
-            }
+            Some(Reply::Ack | Reply::Fenced(_) | Reply::FenceReset(_) | Reply::Intent(_))
+            | None => Err(internal("prepare produced no vote")),
         };
         match &result {
             Ok(Vote::Yes) => {
@@ -117,7 +116,7 @@ impl<R: Resource> Participant<R> {
                 Ok(answer)
             }
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Vote(_) | Reply::Ack | Reply::FenceReset(_)) | None => {
+            Some(Reply::Vote(_) | Reply::Ack | Reply::FenceReset(_) | Reply::Intent(_)) | None => {
                 Err(internal("a fenced write produced no answer"))
             }
         }
@@ -146,7 +145,7 @@ impl<R: Resource> Participant<R> {
                 Ok(reset)
             }
             Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-            Some(Reply::Vote(_) | Reply::Ack | Reply::Fenced(_)) | None => {
+            Some(Reply::Vote(_) | Reply::Ack | Reply::Fenced(_) | Reply::Intent(_)) | None => {
                 Err(internal("a fence reset produced no answer"))
             }
         }
@@ -256,9 +255,8 @@ fn ack_or_reject(reply: Option<Reply>) -> Result<(), RequestError> {
     match reply {
         Some(Reply::Ack) => Ok(()),
         Some(Reply::Reject(rejection)) => Err(RequestError::Rejected(rejection)),
-        Some(Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_)) | None => {
-            Err(internal("decision produced no ack"))
-        }
+        Some(Reply::Vote(_) | Reply::Fenced(_) | Reply::FenceReset(_) | Reply::Intent(_))
+        | None => Err(internal("decision produced no ack")),
     }
 }
 

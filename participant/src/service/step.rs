@@ -117,8 +117,10 @@ impl<R: Resource> Participant<R> {
                 .max(state.live_at_checkpoint);
             if state.records_since_checkpoint >= every {
                 let engine = &state.engine;
-                let live =
-                    engine.prepared_len() + engine.tombstones_len() + engine.resource().entries();
+                let live = engine.prepared_len()
+                    + engine.tombstones_len()
+                    + engine.resource().entries()
+                    + engine.outbox().len();
                 state.live_at_checkpoint = u64::try_from(live).unwrap_or(u64::MAX);
                 state.records_since_checkpoint = 0;
                 self.checkpoint_locked(&state);
@@ -197,7 +199,8 @@ impl<R: Resource> Participant<R> {
                 | Record::FencedWrite { .. }
                 | Record::FencedRepeat { .. }
                 | Record::FenceReset(_)
-                | Record::FencedStale { .. },
+                | Record::FencedStale { .. }
+                | Record::Intent { .. },
             ) => Durability::Forced,
         };
         self.inner

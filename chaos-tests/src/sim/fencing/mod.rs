@@ -20,6 +20,9 @@
 //! - a reused op id never hands out another write's answer;
 //! - with a key, no forged token is ever applied; without, none jumps more than the bound
 //!   above every token applied before it;
+//! - (the outbox) a worker's write records its next intent with it: an intent exists exactly
+//!   for each worker write the participant holds, across crashes that keep any prefix of the
+//!   unsynced records, and each worker's aggregate has seqs 1, 2, 3... in write order;
 //! - a token is never granted to two holders, and a new grant's token is higher than every
 //!   token granted before it (across crashes and restarts).
 //!
@@ -220,8 +223,16 @@ struct World {
 /// One durable event of the fence's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Applied {
-    Write { token: u64, op_id: String, at: u64 },
-    Reset { to: u64 },
+    /// `intents`: the event ids the write recorded (a worker's: one; a forger's: none).
+    Write {
+        token: u64,
+        op_id: String,
+        at: u64,
+        intents: Vec<String>,
+    },
+    Reset {
+        to: u64,
+    },
 }
 
 pub(crate) fn config(keys: &Option<FenceKeys>) -> EngineConfig {

@@ -1,7 +1,8 @@
 //! The invariants: every answer to an op id is its first one (unless the retention may have
 //! taken it), receipts name their own write, refusals are the expected ones, and the fence's
 //! durable history never goes down in token, never holds a forged token it should have
-//! refused, and never applies an op twice within the answers' retention.
+//! refused, and never applies an op twice within the answers' retention; and the outbox holds
+//! an intent exactly for each worker write held, in seq order per aggregate.
 
 use std::collections::BTreeMap;
 
@@ -25,8 +26,10 @@ impl World {
             (&answer, self.payloads.get(&op_id))
         {
             // The receipt names the key this op wrote, never another write's.
+            // (A write with intents answers every key written: `[{"key","version"}]`.)
             let key = payload["ops"][0]["key"].as_str();
-            if receipt["key"].as_str() != key {
+            let named = receipt["key"].as_str().or(receipt[0]["key"].as_str());
+            if named != key {
                 return Err(format!(
                     "op {op_id} was answered another write's receipt {receipt}"
                 ));
@@ -91,6 +94,13 @@ impl World {
             }
             (Some(_), Rejection::FenceRefused(_) | Rejection::OpIdConflict { .. }) => Ok(()),
             (_, Rejection::KeyLocked { .. }) => Ok(()),
+            // A resend after retention took the op's answer: its intent, still kept, refuses
+            // it (the outbox keeps a write from applying twice where the op id no longer can).
+            (None, Rejection::EventIdConflict { .. }) if self.may_have_been_pruned(op_id) => Ok(()),
+            (None, Rejection::EventIdConflict { .. }) => Err(format!(
+                "op {op_id} answered id_conflict within the answers' retention: its first \
+                 answer was taken early"
+            )),
             (forged, rejection) => Err(format!(
                 "op {op_id} ({forged:?}) refused unexpectedly: {rejection}"
             )),
@@ -103,7 +113,9 @@ impl World {
         for event in &self.history {
             match event {
                 Applied::Reset { to } => highest = *to,
-                Applied::Write { token, op_id, at } => {
+                Applied::Write {
+                    token, op_id, at, ..
+                } => {
                     if *token < highest {
                         return Err(format!(
                             "write {op_id} with token {token} applied after token {highest}"
@@ -157,6 +169,50 @@ impl World {
                     .any(|r| matches!(r, Record::FencedWrite { op_id: o, .. } if o == op_id))
             {
                 return Err(format!("op {op_id} was acknowledged and then lost"));
+            }
+        }
+        self.check_outbox()
+    }
+
+    /// The outbox: a worker's write and its intent are one fact (the intent exists exactly for
+    /// the worker writes the participant holds, durable or not yet synced, across crashes),
+    /// and each aggregate's seqs are 1, 2, 3... in the order its writes were applied.
+    fn check_outbox(&self) -> Result<(), String> {
+        // The event ids the participant holds writes for: durable, or not yet synced.
+        let mut held: Vec<(&str, &str)> = Vec::new();
+        for applied in &self.history {
+            if let Applied::Write { op_id, intents, .. } = applied {
+                held.extend(intents.iter().map(|e| (e.as_str(), op_id.as_str())));
+            }
+        }
+        for record in &self.part_log.pending {
+            if let Record::FencedWrite { op_id, next, .. } = record {
+                held.extend(next.iter().map(|i| (i.event_id.as_str(), op_id.as_str())));
+            }
+        }
+        let outbox = self.part.outbox();
+        let mut seqs: BTreeMap<&str, u64> = BTreeMap::new();
+        for entry in outbox.entries() {
+            if !held.contains(&(entry.event_id.as_str(), entry.op_id.as_str())) {
+                return Err(format!(
+                    "intent {} exists without its write {}",
+                    entry.event_id, entry.op_id
+                ));
+            }
+            let seq = seqs.entry(entry.aggregate.as_str()).or_insert(0);
+            *seq += 1;
+            if entry.seq != *seq {
+                return Err(format!(
+                    "intent {} of {} has seq {}, expected {} (write order)",
+                    entry.event_id, entry.aggregate, entry.seq, seq
+                ));
+            }
+        }
+        for (event_id, op_id) in held {
+            if outbox.get(event_id).is_none() {
+                return Err(format!(
+                    "write {op_id} is held without its intent {event_id}"
+                ));
             }
         }
         Ok(())

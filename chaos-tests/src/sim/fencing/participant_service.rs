@@ -6,11 +6,24 @@
 use participant::fence::{FencedAnswer, FencedWrite};
 use participant::kv::KvStore;
 use participant::record::Record;
-use participant::{Command, Engine, Event, Rejection, Reply};
+use participant::{Command, Engine, Event, Rejection, Reply, Write};
+use protocol::outbox::Intent;
 
 use crate::sim::fencing_adversary::Forged;
 
 use super::{Applied, FencingMutation, Payload, RESTART_STEP_MS, World, config};
+
+/// The intent worker `worker`'s write `op_id` records: one per write, in the worker's
+/// aggregate, so the aggregate's seqs follow the order its writes were applied in.
+pub(super) fn intent_of(op_id: &str, worker: usize) -> Intent {
+    Intent {
+        event_id: format!("evt-{op_id}"),
+        aggregate: format!("agg-w{worker}"),
+        target: "next-step".into(),
+        kind: "step.v1".into(),
+        body: serde_json::json!({ "after": op_id }),
+    }
+}
 
 impl World {
     /// One participant step for a request; its answer leaves once the forced records of the
@@ -61,9 +74,18 @@ impl World {
         forged: Option<Forged>,
     ) {
         let op_id = write.op_id.clone();
-        let event = Event::FencedWrite {
-            write,
-            now_ms: self.part_now(),
+        let now_ms = self.part_now();
+        // A worker's write is a workflow step: it records its next intent with it (the
+        // outbox); the forger's carry none.
+        let event = match worker {
+            Some(worker) => Event::Write {
+                write: Write {
+                    next: vec![intent_of(&op_id, worker)],
+                    ..Write::from(write)
+                },
+                now_ms,
+            },
+            None => Event::FencedWrite { write, now_ms },
         };
         self.participant_request(event, |reply| match (reply, worker) {
             (Reply::Fenced(answer), Some(worker)) => Payload::Written {
@@ -99,10 +121,13 @@ impl World {
     fn note_durable(&mut self, records: &[Record]) {
         for record in records {
             match record {
-                Record::FencedWrite { op_id, token, .. } => self.history.push(Applied::Write {
+                Record::FencedWrite {
+                    op_id, token, next, ..
+                } => self.history.push(Applied::Write {
                     token: *token,
                     op_id: op_id.clone(),
                     at: self.now,
+                    intents: next.iter().map(|i| i.event_id.clone()).collect(),
                 }),
                 Record::FenceReset(reset) => self.history.push(Applied::Reset { to: reset.to }),
                 _ => {}
