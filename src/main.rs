@@ -43,6 +43,9 @@ enum Command {
     Coordinator(coordinator::cli::Args),
     /// Run a reference key-value participant.
     Participant(participant::cli::Args),
+    /// Relay participants' outbox intents to their targets, at least once, in order per
+    /// aggregate, under each intent's event_id (docs/workflows.md).
+    Relay(relay::cli::Args),
     /// Start a local cluster, run a checkout workload through a coordinator crash, check every
     /// invariant.
     Demo(demo::Args),
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Coordinator(args) => coordinator::cli::main(args),
         Command::Participant(args) => participant::cli::main(args),
+        Command::Relay(args) => relay::cli::main(args),
         Command::Wal(command) => wal_cmd::main(command),
         Command::Demo(args) => demo::main(args),
         Command::Bench(args) => bench::main(args),

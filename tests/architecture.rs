@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose rooms are checked, by their source folder.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 9] = [
     "protocol/src",
     "wal/src",
     "net/src",
     "coordinator/src",
     "participant/src",
+    "relay/src",
     "cluster/src",
     "chaos-tests/src",
     "src",

@@ -204,11 +204,26 @@ async fn live_metrics_pass_promtool_and_hold_every_alerted_series() {
         coordinator::metrics::group::render(&coordinator::metrics::group::GroupNumbers::default());
     assert_promtool_accepts("a node of a coordinator group", &group_text);
 
+    // The relay's families, as a relay that has delivered, failed to reach and been refused
+    // renders them (tests/relay_process.rs scrapes a live one).
+    let relay_metrics = relay::metrics::Metrics::default();
+    for outcome in [
+        relay::metrics::Outcome::Delivered,
+        relay::metrics::Outcome::Unknown,
+        relay::metrics::Outcome::Failed,
+    ] {
+        relay_metrics.delivery("payments", outcome);
+    }
+    let relay_text = relay_metrics.text(&["payments".to_string()]);
+    assert_promtool_accepts("a relay", &relay_text);
+
     let names = alerted_names();
     assert!(names.len() >= 10, "{names:?}");
     for name in &names {
         let exported = if name.starts_with("twopc_ha_") {
             has_series(&group_text, name)
+        } else if name.starts_with("twopc_relay_") {
+            has_series(&relay_text, name)
         } else {
             has_series(&coordinator_text, name) || has_series(&participant_text, name)
         };

@@ -1,7 +1,8 @@
 //! Local twopc clusters of real processes: start a coordinator and its participants (or a
 //! throwaway PostgreSQL server) on loopback ports, with a fresh token set for them; drive the
 //! checkout workloads (2PC, saga, PostgreSQL payments) against them; audit the invariants
-//! afterwards; and start local etcd servers and coordinator groups on them (`etcd`, `ha_cluster`). `twopc demo`,
+//! afterwards; and start local etcd servers and coordinator groups on them (`etcd`, `ha_cluster`); and a
+//! reference receiver of relayed outbox intents (`receiver`). `twopc demo`,
 //! `twopc bench` and `twopc audit` run on it, and so do the tests.
 //!
 //! It starts real processes for the product's demo and bench and for tests, and talks to them
@@ -23,5 +24,6 @@ pub mod pg_checkout;
 pub mod pg_cluster;
 pub mod ports;
 pub mod postgres;
+pub mod receiver;
 pub mod saga_checkout;
 pub mod workload;

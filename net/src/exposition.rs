@@ -140,6 +140,26 @@ impl Exposition {
         self.registry.register(counter_family(name), help, family);
     }
 
+    /// One counter family whose samples differ in two labels (`target` and `result`, say), in
+    /// the order given.
+    pub fn counters_by_pair<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: [&'static str; 2],
+        samples: impl IntoIterator<Item = ([&'a str; 2], u64)>,
+    ) {
+        let family = ByLabel {
+            kind: Kind::Counter,
+            labels: labels.to_vec(),
+            samples: samples
+                .into_iter()
+                .map(|(values, sample)| (values.map(str::to_string).to_vec(), sample))
+                .collect(),
+        };
+        self.registry.register(counter_family(name), help, family);
+    }
+
     /// One gauge family whose samples differ in `label`, in the order given (with none, the
     /// family is still described, so a dashboard knows it before its first sample).
     pub fn gauges_by<'a>(
@@ -181,13 +201,15 @@ enum Kind {
     Gauge,
 }
 
-/// A family whose samples differ in one label, encoded in the order given: the crate's own
-/// `Family` keeps its label sets in a hash map, so its order would change from scrape to scrape.
+/// A family whose samples differ in one label (or a few), encoded in the order given: the
+/// crate's own `Family` keeps its label sets in a hash map, so its order would change from
+/// scrape to scrape.
 #[derive(Debug)]
 struct ByLabel {
     kind: Kind,
-    label: &'static str,
-    samples: Vec<(String, u64)>,
+    labels: Vec<&'static str>,
+    /// Each sample's label values, one per label.
+    samples: Vec<(Vec<String>, u64)>,
 }
 
 impl ByLabel {
@@ -198,11 +220,11 @@ impl ByLabel {
     ) -> ByLabel {
         let samples = samples
             .into_iter()
-            .map(|(value, sample)| (value.to_string(), sample))
+            .map(|(value, sample)| (vec![value.to_string()], sample))
             .collect();
         ByLabel {
             kind,
-            label,
+            labels: vec![label],
             samples,
         }
     }
@@ -210,8 +232,13 @@ impl ByLabel {
 
 impl EncodeMetric for ByLabel {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for (value, sample) in &self.samples {
-            let labels = [(self.label, value.as_str())];
+        for (values, sample) in &self.samples {
+            let labels: Vec<(&str, &str)> = self
+                .labels
+                .iter()
+                .copied()
+                .zip(values.iter().map(String::as_str))
+                .collect();
             let sample_encoder = encoder.encode_family(&labels)?;
             match self.kind {
                 Kind::Counter => ConstCounter::new(*sample).encode(sample_encoder)?,
@@ -247,6 +274,21 @@ mod tests {
              # HELP c_total By kind.\n# TYPE c_total counter\n\
              c_total{kind=\"x\"} 1\nc_total{kind=\"y\"} 2\n\
              # HELP d By state.\n# TYPE d gauge\n"
+        );
+    }
+
+    #[test]
+    fn a_counter_family_may_differ_in_two_labels() {
+        let mut out = Exposition::default();
+        out.counters_by_pair(
+            "r_total",
+            "By two",
+            ["target", "result"],
+            [(["p", "ok"], 2)],
+        );
+        assert_eq!(
+            out.text(),
+            "# HELP r_total By two.\n# TYPE r_total counter\nr_total{target=\"p\",result=\"ok\"} 2\n"
         );
     }
 
