@@ -45,12 +45,27 @@ pub fn statements_file(dir: &Path) -> PathBuf {
     path
 }
 
-/// A `twopc participant --backend postgres` node (not yet waited for).
+/// A `twopc participant --backend postgres` node serving the transfer statements (not yet
+/// waited for).
 pub fn pg_participant(
     binary: &Path,
     dir: &Path,
     name: &str,
     url: &str,
+    coordinator: Option<&str>,
+    env: Vec<(String, String)>,
+) -> Node {
+    let statements = statements_file(dir);
+    pg_participant_with(binary, dir, name, url, &statements, coordinator, env)
+}
+
+/// [`pg_participant`] serving the statements file at `statements`.
+pub fn pg_participant_with(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    url: &str,
+    statements: &Path,
     coordinator: Option<&str>,
     env: Vec<(String, String)>,
 ) -> Node {
@@ -66,7 +81,7 @@ pub fn pg_participant(
         "--postgres-url".into(),
         url.into(),
         "--statements".into(),
-        statements_file(dir).display().to_string(),
+        statements.display().to_string(),
         "--in-doubt-after-ms".into(),
         "500".into(),
         "--decision-backoff-max-ms".into(),

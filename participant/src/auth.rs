@@ -44,6 +44,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", routes::METRICS),
 ];
 
+/// The routes the PostgreSQL participant (`twopc participant --backend postgres`) serves that
+/// the reference participant does not: the local write (it serves the outbox routes of
+/// [`ROUTES`] too).
+pub const PG_ROUTES: &[(&str, &str)] = &[("post", routes::PG_WRITE)];
+
 /// The class of a participant route; `None` for one this table does not know (checked as a
 /// peer route: closed until classified).
 pub fn access(path: &str) -> Option<Access> {
@@ -55,6 +60,8 @@ pub fn access(path: &str) -> Option<Access> {
         routes::FENCE_RESET => Access::Operator,
         // Fenced writes come from lease workers, reads from clients and operators.
         routes::KV_KEY | routes::KV_WRITE => Access::Client,
+        // Local writes at a PostgreSQL participant come from workflow workers too.
+        routes::PG_WRITE => Access::Client,
         // Relays and operators read the outbox; relays report; operators retry and mark.
         routes::OUTBOX | routes::OUTBOX_INTENT => Access::PeerOrOperator,
         routes::OUTBOX_DELIVERED | routes::OUTBOX_ATTEMPT => Access::Peer,
@@ -200,7 +207,7 @@ mod tests {
 
     #[test]
     fn every_route_has_a_class() {
-        for (method, path) in ROUTES {
+        for (method, path) in ROUTES.iter().chain(PG_ROUTES) {
             assert!(access(path).is_some(), "{method} {path} unclassified");
         }
     }

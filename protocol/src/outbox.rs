@@ -70,6 +70,35 @@ pub struct WriteRequest {
     pub next: Vec<Intent>,
 }
 
+/// `POST /v1/pg/write` at a PostgreSQL participant: one named statement of its statements file,
+/// run with `params` in a local transaction (outside 2PC) together with the intents it leads
+/// to, under an op id. A statement that declares `guards_intent` and affects (or returns)
+/// another number of rows rolls back: nothing written, no intent, 409 `condition_failed`. A
+/// repeat of the op id answers the first answer. Not fenced (the PostgreSQL backend keeps no
+/// fence table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PgWriteRequest {
+    pub op_id: String,
+    pub statement: String,
+    #[serde(default)]
+    pub params: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<Intent>,
+}
+
+/// 200 to a PostgreSQL write (and, unchanged, to every repeat of its `op_id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PgWriteResponse {
+    pub op_id: String,
+    /// Rows the statement affected (or returned).
+    pub rows: u64,
+    /// The rows a `RETURNING` (or `SELECT`) statement returned, each an object by column name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub returned: Vec<serde_json::Value>,
+    pub intents: Vec<IntentRef>,
+}
+
 /// A written key's new version (absent for a deleted key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WrittenKey {

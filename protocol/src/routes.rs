@@ -78,6 +78,9 @@ pub const KV_KEY: &str = "/v1/kv/{key}";
 /// Reference participant: a write of several ops under an op id, with its next intents
 /// (`protocol::outbox::WriteRequest`).
 pub const KV_WRITE: &str = "/v1/kv";
+/// PostgreSQL participant: a local write outside 2PC, one named statement with its next intents
+/// in one local transaction (`protocol::outbox::PgWriteRequest`).
+pub const PG_WRITE: &str = "/v1/pg/write";
 /// Participant: the outbox, in write order (`?state=&aggregate=&limit=`).
 pub const OUTBOX: &str = "/v1/outbox";
 /// Participant: one intent. Axum path syntax.

@@ -57,6 +57,7 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     config.decision_timeout_ms = args.decision_timeout_ms;
     config.decision_backoff_max_ms = args.decision_backoff_max_ms;
     config.lock_wait_max_ms = args.lock_wait_max_ms;
+    config.outbox_retention_ms = args.outbox_retention_ms;
     config.keys = args.auth.keys(args.listen)?;
     config.loopback_listen = args.listen.ip().is_loopback();
     config.epoch_jump_max = crate::epoch_bound::in_force(args.epoch_jump_max, &config.keys);
@@ -108,6 +109,7 @@ async fn serve(args: &Args) -> ExitCode {
         }
     };
     let resolver = participant.spawn_resolver();
+    let pruner = participant.spawn_outbox_pruner();
     let reloader = tokio::spawn(crate::auth::reload_on_sighup(
         args.auth.files(),
         participant.config().keys.clone(),
@@ -125,6 +127,7 @@ async fn serve(args: &Args) -> ExitCode {
     )
     .await;
     resolver.abort();
+    pruner.abort();
     reloader.abort();
     if let Err(error) = served {
         tracing::error!(%error, "server failed");

@@ -44,6 +44,9 @@ pub struct PgConfig {
     pub loopback_listen: bool,
     /// As `ParticipantConfig::coordinator_tls`.
     pub coordinator_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// How long delivered and abandoned intents stay in the outbox (and op ids their answers)
+    /// before they are dropped; pending and failed intents are never dropped.
+    pub outbox_retention_ms: u64,
 }
 
 impl PgConfig {
@@ -64,6 +67,7 @@ impl PgConfig {
             keys: protocol::auth::KeyRing::default(),
             loopback_listen: true,
             coordinator_tls: None,
+            outbox_retention_ms: crate::outbox::table::OUTBOX_RETENTION_MS_DEFAULT,
         }
     }
 }

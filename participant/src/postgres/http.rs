@@ -1,6 +1,7 @@
 //! The PostgreSQL participant's HTTP surface: the same protocol routes as every participant
 //! (the batched phase messages too, as the library serves them: `crate::batch_http`),
-//! `/v1/prepared` (with gids and ages), health, readiness (PostgreSQL reachable) and metrics.
+//! `/v1/prepared` (with gids and ages), the local write and the outbox (`super::outbox_http`),
+//! health, readiness (PostgreSQL reachable) and metrics.
 
 use std::sync::atomic::Ordering;
 
@@ -19,7 +20,8 @@ use net::exposition::Exposition;
 
 use super::backend::PgParticipant;
 use super::in_doubt::PgPreparedList;
-use super::metrics::PgMetrics;
+use super::metrics::{OpenCounts, PgMetrics, outbox_families};
+use super::outbox_http;
 use super::work::PgWork;
 use crate::api_error::{ApiError, json_body};
 use crate::batch_http::{answer_decisions, answer_prepares, batch_body, check_items};
@@ -41,6 +43,13 @@ impl<W: PgWork> PgParticipant<W> {
                 post(batch_decide::<W>).layer(DefaultBodyLimit::max(BATCH_BODY_BYTES_MAX)),
             )
             .route(routes::PREPARED, get(prepared::<W>))
+            .route(routes::PG_WRITE, post(outbox_http::write::<W>))
+            .route(routes::OUTBOX, get(outbox_http::list::<W>))
+            .route(routes::OUTBOX_INTENT, get(outbox_http::entry::<W>))
+            .route(routes::OUTBOX_DELIVERED, post(outbox_http::delivered::<W>))
+            .route(routes::OUTBOX_ATTEMPT, post(outbox_http::attempt::<W>))
+            .route(routes::OUTBOX_RETRY, post(outbox_http::retry::<W>))
+            .route(routes::OUTBOX_MARK, post(outbox_http::mark::<W>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<W>))
             .route(routes::METRICS, get(metrics::<W>))
@@ -52,16 +61,18 @@ impl<W: PgWork> PgParticipant<W> {
         )
     }
 
-    /// The `/metrics` text (reads `pg_prepared_xacts` for the in-doubt gauges).
+    /// The `/metrics` text (reads `pg_prepared_xacts` for the in-doubt gauges and the outbox
+    /// table for its open counts).
     pub async fn metrics_text(&self) -> String {
-        let in_doubt = match self.in_doubt().await {
+        let (listed, outbox) = tokio::join!(self.in_doubt(), self.outbox_counts());
+        let in_doubt = match listed {
             Ok(list) => Some(InDoubt {
                 prepared: list.prepared.len() + list.unattributed.len(),
                 oldest_age_ms: list.prepared.first().map_or(0, |p| p.age_ms),
             }),
             Err(_) => None,
         };
-        render(&self.inner.metrics, in_doubt)
+        render(&self.inner.metrics, in_doubt, outbox)
     }
 }
 
@@ -73,7 +84,7 @@ struct InDoubt {
 }
 
 /// The PostgreSQL participant's `/metrics` families (`None`: PostgreSQL did not answer).
-fn render(m: &PgMetrics, in_doubt: Option<InDoubt>) -> String {
+fn render(m: &PgMetrics, in_doubt: Option<InDoubt>, outbox: Option<OpenCounts>) -> String {
     let mut out = Exposition::default();
     out.counters_by(
         "twopc_pg_votes_total",
@@ -144,6 +155,7 @@ fn render(m: &PgMetrics, in_doubt: Option<InDoubt>) -> String {
         "Whether PostgreSQL answered this scrape's query",
         u64::from(in_doubt.is_some()),
     );
+    outbox_families(&mut out, m, outbox);
     out.text()
 }
 
@@ -249,8 +261,9 @@ mod tests {
     use super::*;
 
     /// The series the PostgreSQL participant exported when it wrote its text by hand, in
-    /// order, values removed, plus the batch counters since: a rename fails here.
-    const SERIES: [&str; 25] = [
+    /// order, values removed, plus the batch counters and the outbox's families since: a
+    /// rename fails here.
+    const SERIES: [&str; 37] = [
         "# TYPE twopc_pg_votes_total counter",
         "twopc_pg_votes_total{vote=\"yes\"}",
         "twopc_pg_votes_total{vote=\"no\"}",
@@ -276,11 +289,23 @@ mod tests {
         "twopc_pg_prepared_oldest_age_seconds",
         "# TYPE twopc_pg_up gauge",
         "twopc_pg_up",
+        "# TYPE twopc_participant_outbox_intents_written_total counter",
+        "twopc_participant_outbox_intents_written_total",
+        "# TYPE twopc_participant_outbox_delivered_total counter",
+        "twopc_participant_outbox_delivered_total",
+        "# TYPE twopc_participant_outbox_attempts_failed_total counter",
+        "twopc_participant_outbox_attempts_failed_total",
+        "# TYPE twopc_participant_outbox_pending gauge",
+        "twopc_participant_outbox_pending",
+        "# TYPE twopc_participant_outbox_failed gauge",
+        "twopc_participant_outbox_failed",
+        "# TYPE twopc_participant_outbox_oldest_pending_age_seconds gauge",
+        "twopc_participant_outbox_oldest_pending_age_seconds",
     ];
 
     #[test]
     fn the_exported_series_and_types_are_the_same_as_before() {
-        let text = render(&PgMetrics::default(), None);
+        let text = render(&PgMetrics::default(), None, None);
         let series: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("# TYPE ") || !l.starts_with('#'))
@@ -296,7 +321,7 @@ mod tests {
     fn values_are_the_counters_and_what_the_scrape_read() {
         let m = PgMetrics::default();
         m.votes_no.fetch_add(2, Ordering::Relaxed);
-        let down = render(&m, None);
+        let down = render(&m, None, None);
         assert!(down.contains("twopc_pg_up 0\n"), "{down}");
         assert!(
             down.contains("twopc_pg_votes_total{vote=\"no\"} 2\n"),
@@ -308,11 +333,19 @@ mod tests {
                 prepared: 3,
                 oldest_age_ms: 1_234,
             }),
+            Some(OpenCounts {
+                pending: 4,
+                failed: 1,
+                oldest_pending_age_ms: Some(2_500),
+            }),
         );
         for line in [
             "twopc_pg_up 1\n",
             "twopc_pg_prepared 3\n",
             "twopc_pg_prepared_oldest_age_seconds 1.234\n",
+            "twopc_participant_outbox_pending 4\n",
+            "twopc_participant_outbox_failed 1\n",
+            "twopc_participant_outbox_oldest_pending_age_seconds 2.5\n",
         ] {
             assert!(up.contains(line), "{line} missing in\n{up}");
         }

@@ -1,7 +1,7 @@
 //! The participant's bookkeeping in the participant's own database, and the checks made before
 //! serving: the setting PREPARE TRANSACTION needs and the tables.
 //!
-//! Three small tables in schema `twopc` (created if absent):
+//! Small tables in schema `twopc` (created if absent):
 //! - `twopc.pg_outcomes(gid, outcome)`: `committed` rows are inserted *inside* the prepared
 //!   transaction, so one exists exactly when that transaction committed; `aborted` rows are
 //!   tombstones for aborts that arrived before any prepare. This is the durable record that
@@ -11,6 +11,15 @@
 //!   not fit in a 199-byte gid. The prepared transaction deletes it, so it stays visible while
 //!   prepared and goes when the transaction commits; after a rollback the participant drops it.
 //! - `twopc.pg_epochs(coordinator_id, epoch)`: the highest epoch seen per coordinator (fencing).
+//!
+//! And the outbox (`super::outbox`, `super::write`), each row owned by one participant name:
+//! - `twopc.pg_outbox`: one row per intent, written by the same local transaction as the
+//!   statement that led to it.
+//! - `twopc.pg_outbox_aggregates(participant, aggregate, last_seq)`: the per-aggregate counter.
+//!   A write bumps it in its own transaction, so the row lock serialises the writers of one
+//!   aggregate and seq follows their commit order; it is never pruned, so a seq is never reused.
+//! - `twopc.pg_ops(participant, op_id, request, answer)`: a local write's first answer, which a
+//!   repeat of its op id gets.
 
 use tokio_postgres::Client;
 
@@ -34,7 +43,43 @@ CREATE TABLE IF NOT EXISTS twopc.pg_intents (
     created_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS twopc.pg_epochs (
     coordinator_id text PRIMARY KEY,
-    epoch bigint NOT NULL);";
+    epoch bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS twopc.pg_outbox (
+    participant text NOT NULL,
+    event_id text NOT NULL,
+    position bigint GENERATED ALWAYS AS IDENTITY,
+    aggregate text NOT NULL,
+    seq bigint NOT NULL,
+    target text NOT NULL,
+    type text NOT NULL,
+    body jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'delivered', 'failed', 'abandoned')),
+    attempts integer NOT NULL DEFAULT 0,
+    last_error text,
+    op_id text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    last_attempt_at timestamptz,
+    delivered_at timestamptz,
+    settled_at timestamptz,
+    answer jsonb,
+    marks jsonb NOT NULL DEFAULT '[]',
+    PRIMARY KEY (participant, event_id),
+    UNIQUE (participant, aggregate, seq));
+CREATE INDEX IF NOT EXISTS pg_outbox_open ON twopc.pg_outbox (participant, position)
+    WHERE state IN ('pending', 'failed');
+CREATE TABLE IF NOT EXISTS twopc.pg_outbox_aggregates (
+    participant text NOT NULL,
+    aggregate text NOT NULL,
+    last_seq bigint NOT NULL,
+    PRIMARY KEY (participant, aggregate));
+CREATE TABLE IF NOT EXISTS twopc.pg_ops (
+    participant text NOT NULL,
+    op_id text NOT NULL,
+    request text NOT NULL,
+    answer text,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (participant, op_id));";
 
 /// Refuses a server with PREPARE TRANSACTION disabled, then creates the tables.
 pub async fn check_and_create(client: &Client) -> Result<i64, PgError> {

@@ -2,7 +2,10 @@
 //! order a payload names them. Clients never send SQL.
 //!
 //! File: `{"debit": {"sql": "UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND
-//! balance >= $2", "expect_rows": 1}}`. Payload: `{"ops": [{"statement": "debit", "params":
+//! balance >= $2", "expect_rows": 1}}`. A statement may instead (or as well, with the same
+//! count) declare `"guards_intent": {"rows": 1}`: run by the local write route (`super::write`),
+//! another row count rolls the write back and records no intent (409 `condition_failed`); in a
+//! 2PC payload it checks the count as `expect_rows` does. Payload: `{"ops": [{"statement": "debit", "params":
 //! ["u1", 10]}]}`. Every statement is prepared against the database at start, which checks its
 //! SQL (a missing table is found then) and learns its parameter types; a payload whose
 //! parameters do not fit them is 422 `invalid_payload`. A row count other than `expect_rows`
@@ -21,7 +24,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::error::{PgError, describe};
 use super::pipeline;
-use super::work::{PgWork, WorkRefusal};
+use super::work::{PgWork, Ran, RunError, WorkRefusal};
 
 /// One statement as the file gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -31,6 +34,23 @@ pub struct StatementSpec {
     /// Rows the statement must affect (or return); another count votes no.
     #[serde(default)]
     pub expect_rows: Option<u64>,
+    /// The row count that lets a local write record its intents (`super::write`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guards_intent: Option<RowGuard>,
+}
+
+/// `"guards_intent": {"rows": N}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowGuard {
+    pub rows: u64,
+}
+
+impl StatementSpec {
+    /// The row count this statement must have, from either declaration.
+    pub fn expected_rows(&self) -> Option<u64> {
+        self.guards_intent.map(|g| g.rows).or(self.expect_rows)
+    }
 }
 
 /// A statement checked against the database.
@@ -38,6 +58,8 @@ pub struct StatementSpec {
 struct Statement {
     spec: StatementSpec,
     params: Vec<Type>,
+    /// The statement returns rows (`RETURNING`, `SELECT`): run as a query, its rows counted.
+    returns_rows: bool,
 }
 
 /// The statements a transaction may run.
@@ -85,6 +107,17 @@ impl Statements {
         if specs.is_empty() {
             return Err("the statements file names no statement".into());
         }
+        for (name, spec) in &specs {
+            if let (Some(expect), Some(guard)) = (spec.expect_rows, spec.guards_intent)
+                && expect != guard.rows
+            {
+                return Err(format!(
+                    "statement {name:?} expects {expect} rows but its guards_intent says {}; \
+                     give one count",
+                    guard.rows
+                ));
+            }
+        }
         Ok(specs)
     }
 
@@ -101,6 +134,7 @@ impl Statements {
                 message: describe(&e),
             })?;
             let params = prepared.params().to_vec();
+            let returns_rows = !prepared.columns().is_empty();
             if let Some((n, ty)) = params.iter().enumerate().find(|(_, ty)| !supported(ty)) {
                 return Err(PgError::Db {
                     context: format!("statement {name:?}"),
@@ -112,7 +146,14 @@ impl Statements {
                     ),
                 });
             }
-            statements.insert(name, Statement { spec, params });
+            statements.insert(
+                name,
+                Statement {
+                    spec,
+                    params,
+                    returns_rows,
+                },
+            );
         }
         Ok(Self { statements })
     }
@@ -136,45 +177,45 @@ impl Statements {
         payload
             .ops
             .into_iter()
-            .map(|op| {
-                let (name, statement) =
-                    self.statements
-                        .get_key_value(&op.statement)
-                        .ok_or_else(|| {
-                            format!(
-                                "unknown statement {:?}; this participant runs {}",
-                                op.statement,
-                                self.names().join(", ")
-                            )
-                        })?;
-                if op.params.len() != statement.params.len() {
-                    return Err(format!(
-                        "statement {name:?} takes {} parameters, got {}",
-                        statement.params.len(),
-                        op.params.len()
-                    ));
-                }
-                let params = op
-                    .params
-                    .iter()
-                    .zip(&statement.params)
-                    .enumerate()
-                    .map(|(n, (value, ty))| {
-                        to_sql(value, ty).ok_or_else(|| {
-                            format!(
-                                "statement {name:?} parameter ${} must be a {ty}, got {value}",
-                                n + 1
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(Bound {
-                    name,
-                    statement,
-                    params,
+            .map(|op| self.bind_one(&op.statement, &op.params))
+            .collect()
+    }
+}
+
+impl Statements {
+    /// One statement with its parameters, checked and converted.
+    fn bind_one(&self, statement: &str, params: &[serde_json::Value]) -> Result<Bound<'_>, String> {
+        let (name, statement) = self.statements.get_key_value(statement).ok_or_else(|| {
+            format!(
+                "unknown statement {statement:?}; this participant runs {}",
+                self.names().join(", ")
+            )
+        })?;
+        if params.len() != statement.params.len() {
+            return Err(format!(
+                "statement {name:?} takes {} parameters, got {}",
+                statement.params.len(),
+                params.len()
+            ));
+        }
+        let params = params
+            .iter()
+            .zip(&statement.params)
+            .enumerate()
+            .map(|(n, (value, ty))| {
+                to_sql(value, ty).ok_or_else(|| {
+                    format!(
+                        "statement {name:?} parameter ${} must be a {ty}, got {value}",
+                        n + 1
+                    )
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Bound {
+            name,
+            statement,
+            params,
+        })
     }
 }
 
@@ -220,6 +261,45 @@ fn to_sql(value: &serde_json::Value, ty: &Type) -> Option<Box<dyn ToSql + Sync +
 }
 
 impl PgWork for Statements {
+    async fn run_statement(
+        &self,
+        client: &Client,
+        statement: &str,
+        params: &[serde_json::Value],
+    ) -> Result<Ran, RunError> {
+        let bound = self
+            .bind_one(statement, params)
+            .map_err(RunError::Invalid)?;
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = bound
+            .params
+            .iter()
+            .zip(&bound.statement.params)
+            .map(|(p, ty)| (p.as_ref() as &(dyn ToSql + Sync), ty.clone()))
+            .collect();
+        let sql = bound.statement.spec.sql.as_str();
+        let (rows, returned) = if bound.statement.returns_rows {
+            let rows = client
+                .query_typed(sql, &typed)
+                .await
+                .map_err(RunError::Db)?;
+            (
+                rows.len() as u64,
+                rows.iter().map(super::returned::row_json).collect(),
+            )
+        } else {
+            let count = client
+                .execute_typed(sql, &typed)
+                .await
+                .map_err(RunError::Db)?;
+            (count, Vec::new())
+        };
+        Ok(Ran {
+            rows,
+            returned,
+            expected: bound.statement.spec.expected_rows(),
+        })
+    }
+
     async fn work(&self, client: &Client, payload: &serde_json::Value) -> Result<(), WorkRefusal> {
         let bound = self.bind(payload).map_err(WorkRefusal::Invalid)?;
         let sent = bound
@@ -242,7 +322,7 @@ impl PgWork for Statements {
             let rows = answer.map_err(|e| {
                 WorkRefusal::No(format!("statement {:?}: {}", op.name, describe(&e)))
             })?;
-            if let Some(expected) = op.statement.spec.expect_rows
+            if let Some(expected) = op.statement.spec.expected_rows()
                 && rows != expected
             {
                 return Err(WorkRefusal::No(format!(
@@ -268,8 +348,10 @@ mod tests {
                 spec: StatementSpec {
                     sql: "UPDATE accounts SET balance = balance - $2 WHERE id = $1".into(),
                     expect_rows: Some(1),
+                    guards_intent: None,
                 },
                 params: vec![Type::TEXT, Type::INT8],
+                returns_rows: false,
             },
         );
         Statements { statements }
@@ -363,6 +445,22 @@ mod tests {
         .unwrap();
         assert_eq!(specs["debit"].expect_rows, Some(1));
         assert!(Statements::parse_file(b"{}").is_err());
+        let guarded = Statements::parse_file(
+            br#"{"move": {"sql": "UPDATE c SET v = v + 1 WHERE id = $1 RETURNING v",
+                 "guards_intent": {"rows": 1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(guarded["move"].expected_rows(), Some(1));
+        let both = br#"{"m": {"sql": "S", "expect_rows": 2, "guards_intent": {"rows": 1}}}"#;
+        assert!(
+            Statements::parse_file(both)
+                .unwrap_err()
+                .contains("give one count")
+        );
+        assert!(
+            Statements::parse_file(br#"{"m": {"sql": "S", "guards_intent": {"count": 1}}}"#)
+                .is_err()
+        );
         assert!(Statements::parse_file(br#"{"x": {"sql": "S", "rows": 1}}"#).is_err());
     }
 }

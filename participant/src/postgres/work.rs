@@ -41,4 +41,40 @@ pub trait PgWork: Send + Sync + 'static {
         client: &Client,
         payload: &serde_json::Value,
     ) -> impl Future<Output = Result<(), WorkRefusal>> + Send;
+
+    /// A local write's statement (`POST /v1/pg/write`, `super::write`): runs the named
+    /// statement with `params` inside the open transaction on `client` and counts its rows;
+    /// the library judges the count against [`Ran::expected`]. The ready-made participant's
+    /// statements file implements it; by default a service takes no local writes.
+    fn run_statement(
+        &self,
+        client: &Client,
+        statement: &str,
+        params: &[serde_json::Value],
+    ) -> impl Future<Output = Result<Ran, RunError>> + Send {
+        let _ = (client, statement, params);
+        async {
+            Err(RunError::Invalid(
+                "this participant runs no statements file, so it takes no local writes".into(),
+            ))
+        }
+    }
+}
+
+/// A statement run alone by a local write: its row count, what it returned (each row an object
+/// by column name), and the count it declared (`guards_intent`, else `expect_rows`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    pub rows: u64,
+    pub returned: Vec<serde_json::Value>,
+    pub expected: Option<u64>,
+}
+
+/// Why a statement run alone gave no row count.
+#[derive(Debug)]
+pub enum RunError {
+    /// Unknown statement or parameters that do not fit (422 `invalid_payload`).
+    Invalid(String),
+    /// The database refused it.
+    Db(tokio_postgres::Error),
 }
