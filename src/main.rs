@@ -15,6 +15,7 @@ mod saga_cmd;
 mod target;
 mod tokens_cmd;
 mod wal_cmd;
+mod workflow_store;
 mod workflow_worker;
 
 use std::process::ExitCode;

@@ -1,8 +1,10 @@
 //! `twopc workflow-worker` (hidden): the reference worker of the checkout workflow
 //! (docs/workflows.md, "The checkout workflow"). A thin shell around the pure planner
 //! `cluster::workflow`: it holds the `checkout-workers` lease, walks the checkouts listed at
-//! `checkout-index`, reads each one and, when the planner needs it, its payment intent's
-//! outbox entry, and writes the planned transition as one fenced `POST /v1/kv`.
+//! `checkout-index` (or the `checkouts` table), reads each one and, when the planner needs it,
+//! its payment intent's outbox entry, and writes the planned transition as one fenced local
+//! write (`workflow_store`: `POST /v1/kv`, or `POST /v1/pg/write` whose statement checks the
+//! fence itself).
 //!
 //! It never decides a transition itself and never emits a payment intent but the planner's
 //! (under `pay-<checkout>`). A write refused `stale_token` means another worker holds a newer
@@ -16,9 +18,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cluster::workflow::{self, Checkout, Evidence, Plan};
+use cluster::workflow::{self, Evidence, Plan};
 use protocol::lease::FenceClaim;
-use protocol::outbox::OutboxEntry;
+
+use crate::workflow_store::{Outcome, Store, call};
 use serde_json::{Value, json};
 
 #[derive(Debug, clap::Args)]
@@ -51,6 +54,10 @@ pub struct Args {
     /// SIGKILL it there: right after a transition's write was answered).
     #[arg(long)]
     hang_after_writes: Option<u64>,
+    /// Where the checkouts live: `kv` (the reference participant) or `postgres` (a PostgreSQL
+    /// participant serving `cluster::pg_workflow`'s statements).
+    #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
+    backend: String,
     #[command(flatten)]
     client: crate::client::ClientArgs,
 }
@@ -63,17 +70,6 @@ fn say(event: Value) {
     println!("{event}");
 }
 
-async fn call(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<(u16, Value)> {
-    let response = request.send().await.with_context(|| what.to_string())?;
-    let (status, bytes) = net::outbound::read_answer(response, crate::client::ANSWER_BYTES_MAX)
-        .await
-        .with_context(|| what.to_string())?;
-    Ok((
-        status.as_u16(),
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
-}
-
 /// A held lease: its fence claim and when it was last granted or renewed.
 struct Held {
     fence: FenceClaim,
@@ -83,6 +79,7 @@ struct Held {
 struct Worker {
     args: Args,
     client: reqwest::Client,
+    store: Store,
     writes: u64,
     paused: bool,
 }
@@ -95,9 +92,11 @@ enum Stop {
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = crate::client::build(&args.client, Duration::from_secs(10))?;
+    let store = Store::new(&args.backend, args.participant.clone());
     let mut worker = Worker {
         args,
         client,
+        store,
         writes: 0,
         paused: false,
     };
@@ -170,50 +169,43 @@ impl Worker {
         }
     }
 
-    async fn get(&self, url: String, what: &str) -> Option<(u16, Value)> {
-        match call(self.client.get(url), what).await {
-            Ok(answer) => Some(answer),
+    /// One pass over every checkout, moving each one step at most.
+    async fn walk(&mut self, held: &mut Held) -> Result<(), Stop> {
+        let checkouts = match self.store.checkouts(&self.client).await {
+            Ok(all) => all,
             Err(e) => {
                 say(json!({"event": "error", "what": format!("{e:#}")}));
-                None
+                return Ok(());
             }
-        }
-    }
-
-    /// One pass over every listed checkout, moving each one step at most.
-    async fn walk(&mut self, held: &mut Held) -> Result<(), Stop> {
-        let base = self.args.participant.clone();
-        let index_url = format!("{base}/v1/kv/{}", workflow::INDEX_KEY);
-        let Some((200, index)) = self.get(index_url, "read the index").await else {
-            return Ok(());
         };
-        let ids: Vec<String> = serde_json::from_value(index["value"].clone()).unwrap_or_default();
-        for id in ids {
+        for (id, checkout, version) in checkouts {
+            if checkout.state.is_terminal() {
+                continue;
+            }
             self.keep(held).await?;
-            let key_url = format!("{base}/v1/kv/{}", workflow::checkout_key(&id));
-            let Some((200, entry)) = self.get(key_url, "read a checkout").await else {
-                continue;
-            };
-            let Ok(checkout) = serde_json::from_value::<Checkout>(entry["value"].clone()) else {
-                say(json!({"event": "error", "checkout": id, "what": "not a checkout"}));
-                continue;
-            };
-            let version = entry["version"].as_u64().unwrap_or(0);
             let evidence = if workflow::needs_evidence(checkout.state) {
-                self.evidence(&id).await
+                self.store.evidence(&self.client, &id).await
             } else {
                 Evidence::Missing
             };
             let Plan::Move(transition) = workflow::plan(checkout.state, &evidence) else {
                 continue;
             };
-            let request = workflow::write(&id, &checkout, version, &transition, held.fence.clone());
             self.pause_if_asked(transition.emits_payment).await;
-            let url = format!("{base}{}", protocol::routes::KV_WRITE);
-            let answer = call(self.client.post(url).json(&request), "write").await;
             let (from, to, token) = (transition.from, transition.to, held.fence.token);
-            match answer {
-                Ok((200, _)) => {
+            let outcome = self
+                .store
+                .transition(
+                    &self.client,
+                    &id,
+                    &checkout,
+                    version,
+                    &transition,
+                    &held.fence,
+                )
+                .await;
+            match outcome {
+                Ok(Outcome::Moved) => {
                     self.writes += 1;
                     say(
                         json!({"event": "moved", "checkout": id, "from": from, "to": to,
@@ -224,25 +216,22 @@ impl Worker {
                         std::future::pending::<()>().await;
                     }
                 }
-                Ok((409, answer)) if answer["error"] == "stale_token" => {
+                Ok(Outcome::Stale(highest, refused_as)) => {
                     say(
                         json!({"event": "stale", "checkout": id, "from": from, "to": to,
-                               "token": token, "highest": answer["highest"]}),
+                               "token": token, "highest": highest, "refused_as": refused_as}),
                     );
                     return Err(Stop::Reacquire);
                 }
                 // The checkout moved on (its version), or its intent is already recorded by
                 // the write that moved it: nothing changed, read again.
-                Ok((409, answer))
-                    if answer["error"] == "condition_failed"
-                        || answer["error"] == "id_conflict" =>
-                {
+                Ok(Outcome::Conflict(answer)) => {
                     say(
                         json!({"event": "conflict", "checkout": id, "from": from, "to": to,
                                "answer": answer}),
                     );
                 }
-                Ok((status, answer)) => {
+                Ok(Outcome::Failed(status, answer)) => {
                     say(
                         json!({"event": "error", "checkout": id, "status": status, "answer": answer}),
                     );
@@ -262,23 +251,6 @@ impl Worker {
             self.paused = true;
             say(json!({"event": "pausing", "writes": self.writes}));
             tokio::time::sleep(Duration::from_millis(self.args.pause_ms)).await;
-        }
-    }
-
-    /// The payment intent's outbox entry as evidence (an unreadable one counts as missing,
-    /// which the planner never moves on).
-    async fn evidence(&self, id: &str) -> Evidence {
-        let url = format!(
-            "{}/v1/outbox/{}",
-            self.args.participant,
-            workflow::payment_event_id(id)
-        );
-        match self.get(url, "read the outbox").await {
-            Some((200, entry)) => match serde_json::from_value::<OutboxEntry>(entry) {
-                Ok(entry) => Evidence::of(&entry),
-                Err(_) => Evidence::Missing,
-            },
-            _ => Evidence::Missing,
         }
     }
 }

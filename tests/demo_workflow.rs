@@ -45,3 +45,43 @@ fn demo_workflow_settles_every_checkout_and_exits_zero() {
         "{stdout}"
     );
 }
+
+/// The same on a PostgreSQL participant (a throwaway cluster or TWOPC_POSTGRES_URL's server):
+/// `cargo test -p twopc --test demo_workflow -- --ignored`.
+#[test]
+#[ignore = "needs PostgreSQL (TWOPC_POSTGRES_URL or the server binaries)"]
+fn demo_workflow_on_postgres_settles_every_checkout_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_twopc"))
+        .args([
+            "demo",
+            "--workflow",
+            "--backend",
+            "postgres",
+            "--checkouts",
+            "12",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "demo --workflow --backend postgres failed ({:?}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    for expected in [
+        "the shop is a PostgreSQL participant",
+        "12 of 12 terminal {\"cancelled\": 4, \"confirmed\": 8}",
+        "12 delivered, 0 open",
+        "refused: condition_failed (the statement's fence) (highest 2)",
+        "1796 + 204 = 2000",
+        "sku-1: 50 = Some(46) left + 4 held",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+    assert_eq!(stdout.matches("[ok  ]").count(), 9, "{stdout}");
+}

@@ -3,7 +3,8 @@
 //! checkout workloads (2PC, saga, PostgreSQL payments) against them; audit the invariants
 //! afterwards; and start local etcd servers and coordinator groups on them (`etcd`, `ha_cluster`); and a
 //! reference receiver of relayed outbox intents (`receiver`); and the checkout workflow's pure
-//! planner (`workflow`), which `twopc workflow-worker` runs. `twopc demo`,
+//! planner (`workflow`, and its PostgreSQL statements: `pg_workflow`), which
+//! `twopc workflow-worker` runs. `twopc demo`,
 //! `twopc bench` and `twopc audit` run on it, and so do the tests.
 //!
 //! It starts real processes for the product's demo and bench and for tests, and talks to them
@@ -23,6 +24,7 @@ pub mod node;
 pub mod oracle;
 pub mod pg_checkout;
 pub mod pg_cluster;
+pub mod pg_workflow;
 pub mod ports;
 pub mod postgres;
 pub mod receiver;

@@ -15,6 +15,7 @@ mod report;
 mod sagas;
 mod workflow;
 mod workflow_audit;
+mod workflow_pg;
 
 pub use report::print_checks;
 

@@ -25,6 +25,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::workflow_audit::{self, Setup, Story};
+use crate::workflow_store::Store;
 
 /// The worker lease's TTL: short, so the paused holder's lease runs out quickly.
 const TTL_MS: u64 = 1000;
@@ -67,12 +68,6 @@ async fn signal(pid: &str, signal: &str) -> Result<()> {
 }
 
 pub async fn run(data_dir: &std::path::Path, checkouts: u64, backend: &str) -> Result<bool> {
-    if backend != "kv" {
-        bail!(
-            "--workflow --backend {backend}: not yet; the PostgreSQL outbox (branch pg-outbox) \
-             has not landed (docs/workflows.md, \"twopc demo --workflow\")"
-        );
-    }
     let n = checkouts.clamp(1, CHECKOUTS_MAX);
     let dir = data_dir.join("workflow");
     if dir.exists() {
@@ -82,7 +77,10 @@ pub async fn run(data_dir: &std::path::Path, checkouts: u64, backend: &str) -> R
     println!("twopc demo --workflow: {n} checkouts moved by fenced workers through an outbox");
     let key = super::fencing::fence_key(&dir)?;
     let key_flags = vec!["--fence-key-file".to_string(), key.display().to_string()];
-    let spec = ClusterSpec {
+    let setup = Setup::new(n);
+    // Declared before the cluster so that it outlives it (a throwaway server stops on drop).
+    let mut server = None;
+    let mut spec = ClusterSpec {
         binary: binary.clone(),
         data_dir: dir.clone(),
         participants: vec!["shop".to_string()],
@@ -92,9 +90,17 @@ pub async fn run(data_dir: &std::path::Path, checkouts: u64, backend: &str) -> R
         env: Vec::new(),
         postgres_args: Vec::new(),
     };
+    if backend == "postgres" {
+        let (pg, flags) = super::workflow_pg::prepare(&dir, &setup)?;
+        server = Some(pg);
+        // The PostgreSQL participant keeps no fence table (its statement fences): no key.
+        spec.participant_flags = Vec::new();
+        spec.postgres_args = vec![("shop".to_string(), flags)];
+    }
     let mut cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
-    let result = with_cluster(&binary, &dir, &mut cluster, n).await;
+    let result = with_cluster(&binary, &dir, &mut cluster, &setup, backend).await;
     tokio::task::block_in_place(|| cluster.stop());
+    drop(server);
     result
 }
 
@@ -102,8 +108,10 @@ async fn with_cluster(
     binary: &std::path::Path,
     dir: &std::path::Path,
     cluster: &mut LocalCluster,
-    n: u64,
+    setup: &Setup,
+    backend: &str,
 ) -> Result<bool> {
+    let n = setup.checkouts.len();
     let coordinator = cluster.coordinator_url();
     let shop = cluster
         .participant_url("shop")
@@ -115,7 +123,7 @@ async fn with_cluster(
         None => crate::client::ClientArgs::default(),
     };
     let client = crate::client::build(&client_args, Duration::from_secs(10))?;
-    let setup = Setup::new(n);
+    let store = Store::new(backend, shop.clone());
     let (hold_tx, hold_rx) = std::sync::mpsc::channel();
     let receiver = Receiver::start_payments(
         Behaviour {
@@ -137,23 +145,8 @@ async fn with_cluster(
         receiver.url()
     );
     println!("  data and process logs in {}/", dir.display());
-    let seed = workflow::seed(
-        &format!("seed-{}", std::process::id()),
-        &setup.stock,
-        &setup.checkouts,
-    );
-    let response = client
-        .post(format!("{shop}{}", protocol::routes::KV_WRITE))
-        .json(&seed)
-        .send()
-        .await
-        .context("seeding the shop")?;
-    if !response.status().is_success() {
-        bail!(
-            "seeding the shop answered {}: {}",
-            response.status(),
-            response.text().await.unwrap_or_default()
-        );
+    if backend == "kv" {
+        seed_kv(&client, &shop, setup).await?;
     }
     println!(
         "  seeded: {n} checkouts created, stock {:?}, balances {:?}",
@@ -169,7 +162,7 @@ async fn with_cluster(
     let mut workers = Vec::new();
     let mut story = Story::default();
     let mut a_token = 0;
-    for (i, extra) in [
+    for (i, mut extra) in [
         vec![
             "--pause-before-write".to_string(),
             "4".into(),
@@ -181,6 +174,7 @@ async fn with_cluster(
     .into_iter()
     .enumerate()
     {
+        extra.extend(["--backend".to_string(), backend.to_string()]);
         let worker = start_worker(
             binary,
             &coordinator,
@@ -237,8 +231,13 @@ async fn with_cluster(
                     println!(">>> A is about to write with token {a_token}: SIGSTOPped");
                 }
                 "stale" => println!(
-                    ">>> {name}'s transition {} {} -> {} with token {} refused: stale_token (highest {})",
-                    event["checkout"], event["from"], event["to"], event["token"], event["highest"]
+                    ">>> {name}'s transition {} {} -> {} with token {} refused: {} (highest {})",
+                    event["checkout"],
+                    event["from"],
+                    event["to"],
+                    event["token"],
+                    event["refused_as"].as_str().unwrap_or("stale_token"),
+                    event["highest"]
                 ),
                 "lost" => println!(">>> {name} lost its lease (token {})", event["token"]),
                 "conflict" | "error" => println!("    {name}: {event}"),
@@ -290,7 +289,7 @@ async fn with_cluster(
             // Done when every checkout settled and the resumed A has acted (or had 5 s to).
             let a_done = a_after_resume
                 || resumed_at.is_some_and(|at| at.elapsed() > Duration::from_secs(5));
-            if a_done && workflow_audit::all_terminal(&client, &shop, &setup).await {
+            if a_done && workflow_audit::all_terminal(&client, &store, setup).await {
                 break;
             }
         }
@@ -315,7 +314,29 @@ async fn with_cluster(
     }
     tokio::task::block_in_place(|| relay.terminate(Duration::from_secs(5)));
     println!("{}", "-".repeat(72));
-    workflow_audit::audit(&client, &shop, &setup, &story, &receiver).await
+    workflow_audit::audit(&client, &store, setup, &story, &receiver).await
+}
+
+async fn seed_kv(client: &reqwest::Client, shop: &str, setup: &Setup) -> Result<()> {
+    let seed = workflow::seed(
+        &format!("seed-{}", std::process::id()),
+        &setup.stock,
+        &setup.checkouts,
+    );
+    let response = client
+        .post(format!("{shop}{}", protocol::routes::KV_WRITE))
+        .json(&seed)
+        .send()
+        .await
+        .context("seeding the shop")?;
+    if !response.status().is_success() {
+        bail!(
+            "seeding the shop answered {}: {}",
+            response.status(),
+            response.text().await.unwrap_or_default()
+        );
+    }
+    Ok(())
 }
 
 async fn intent_state(client: &reqwest::Client, shop: &str, event_id: &str) -> String {

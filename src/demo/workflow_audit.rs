@@ -11,6 +11,8 @@ use anyhow::Result;
 use cluster::receiver::Receiver;
 use cluster::workflow::{self, Checkout, Evidence, Plan, State};
 use protocol::outbox::{IntentState, OutboxEntry, OutboxList};
+
+use crate::workflow_store::Store;
 use serde_json::Value;
 
 /// What a run starts from.
@@ -87,23 +89,10 @@ async fn get(client: &reqwest::Client, url: String) -> Option<Value> {
     response.json().await.ok()
 }
 
-async fn read_checkout(client: &reqwest::Client, shop: &str, id: &str) -> Option<Checkout> {
-    let entry = get(
-        client,
-        format!("{shop}/v1/kv/{}", workflow::checkout_key(id)),
-    )
-    .await?;
-    serde_json::from_value(entry["value"].clone()).ok()
-}
-
-pub async fn all_terminal(client: &reqwest::Client, shop: &str, setup: &Setup) -> bool {
-    for (id, _) in &setup.checkouts {
-        match read_checkout(client, shop, id).await {
-            Some(c) if c.state.is_terminal() => {}
-            _ => return false,
-        }
-    }
-    true
+pub async fn all_terminal(client: &reqwest::Client, store: &Store, setup: &Setup) -> bool {
+    store.checkouts(client).await.is_ok_and(|all| {
+        all.len() == setup.checkouts.len() && all.iter().all(|(_, c, _)| c.state.is_terminal())
+    })
 }
 
 struct Check {
@@ -136,17 +125,18 @@ async fn outbox(client: &reqwest::Client, shop: &str) -> Vec<OutboxEntry> {
 /// Checks every invariant, prints the summary; whether all held.
 pub async fn audit(
     client: &reqwest::Client,
-    shop: &str,
+    store: &Store,
     setup: &Setup,
     story: &Story,
     receiver: &Receiver,
 ) -> Result<bool> {
-    let mut stored = BTreeMap::new();
-    for (id, _) in &setup.checkouts {
-        if let Some(c) = read_checkout(client, shop, id).await {
-            stored.insert(id.clone(), c);
-        }
-    }
+    let stored: BTreeMap<String, Checkout> = store
+        .checkouts(client)
+        .await?
+        .into_iter()
+        .map(|(id, c, _)| (id, c))
+        .collect();
+    let shop = store.url();
     let intents = outbox(client, shop).await;
     let effects = receiver.effects();
     let attempts = receiver.attempts();
@@ -377,10 +367,10 @@ pub async fn audit(
     // 5. Stock and money.
     let mut stock_ok = true;
     let mut stock_detail = Vec::new();
+    let skus: Vec<String> = setup.stock.iter().map(|(sku, _)| sku.clone()).collect();
+    let remaining = store.stock(client, &skus).await?;
     for (sku, initial) in &setup.stock {
-        let left = get(client, format!("{shop}/v1/kv/{}", workflow::stock_key(sku)))
-            .await
-            .and_then(|v| v["value"].as_i64());
+        let left = remaining.get(sku).copied();
         let held = stored
             .values()
             .filter(|c| &c.sku == sku && c.state.holds_stock())
