@@ -88,9 +88,10 @@ pub struct Args {
     /// `stale_token` because the next holder already wrote. Exits 0 only if every step holds.
     #[arg(long, conflicts_with_all = ["target_coordinator", "write_seeds", "record", "keep_running"])]
     pub fencing: bool,
-    /// What holds `payments`: `kv` (the reference KV participant; needs nothing) or `postgres`
-    /// (a `--backend postgres` participant over a fresh database on TWOPC_POSTGRES_URL's server
-    /// or a throwaway cluster; docs/postgres.md).
+    /// What holds `payments` (with --workflow: the shop's checkouts, stock and outbox): `kv`
+    /// (the reference KV participant; needs nothing) or `postgres` (a `--backend postgres`
+    /// participant over a fresh database on TWOPC_POSTGRES_URL's server or a throwaway cluster;
+    /// docs/postgres.md).
     #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
     pub backend: String,
     /// Instead of one coordinator: a coordinator group of two elected through a local etcd

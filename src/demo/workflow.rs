@@ -8,7 +8,6 @@
 //! late (their checkouts go through `payment_unknown -> reconciliation_pending`). The audit
 //! (workflow_audit.rs) decides the exit code.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use cluster::cluster::{ClusterSpec, LocalCluster};
 use cluster::node::{Node, NodeSpec, free_port};
 use cluster::receiver::{Behaviour, Payments, Receiver};
-use cluster::workflow::{self, Checkout};
+use cluster::workflow;
 use protocol::auth::Kind;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -453,27 +452,4 @@ fn start_worker(
         }
     });
     Ok(Worker { child })
-}
-
-/// The checkouts of a run (so the audit can rebuild what it expects).
-pub fn checkouts(n: u64) -> Vec<(String, Checkout)> {
-    let customers = ["alice", "bob", "carol"];
-    (1..=n)
-        .map(|i| {
-            let customer = customers[(i % 3) as usize];
-            let sku = format!("sku-{}", 1 + i % 2);
-            (
-                format!("c-{i}"),
-                Checkout::new(&sku, 10 + (i as i64 * 7) % 40, customer),
-            )
-        })
-        .collect()
-}
-
-/// Which payments answer too late (their checkouts go through payment_unknown).
-pub fn slow_events(n: u64) -> BTreeSet<String> {
-    (1..=n)
-        .filter(|i| i % 4 == 3)
-        .map(|i| workflow::payment_event_id(&format!("c-{i}")))
-        .collect()
 }

@@ -32,13 +32,36 @@ impl Setup {
             .map(|(c, b)| (c.to_string(), b))
             .collect();
         Setup {
-            checkouts: super::workflow::checkouts(n),
+            checkouts: checkouts(n),
             stock: vec![("sku-1".into(), 50), ("sku-2".into(), 50)],
             balances,
-            slow_events: super::workflow::slow_events(n),
+            slow_events: slow_events(n),
             hold_event: workflow::payment_event_id("c-1"),
         }
     }
+}
+
+/// The checkouts of a run (so the audit can rebuild what it expects).
+fn checkouts(n: u64) -> Vec<(String, Checkout)> {
+    let customers = ["alice", "bob", "carol"];
+    (1..=n)
+        .map(|i| {
+            let customer = customers[(i % 3) as usize];
+            let sku = format!("sku-{}", 1 + i % 2);
+            (
+                format!("c-{i}"),
+                Checkout::new(&sku, 10 + (i as i64 * 7) % 40, customer),
+            )
+        })
+        .collect()
+}
+
+/// Which payments answer too late (their checkouts go through payment_unknown).
+fn slow_events(n: u64) -> BTreeSet<String> {
+    (1..=n)
+        .filter(|i| i % 4 == 3)
+        .map(|i| workflow::payment_event_id(&format!("c-{i}")))
+        .collect()
 }
 
 /// What the workers said and what the script did.
