@@ -164,7 +164,8 @@ async fn with_cluster(
     for (i, mut extra) in [
         vec![
             "--pause-before-write".to_string(),
-            "4".into(),
+            // A's first non-reserving write: its second walk, with any number of checkouts.
+            "2".into(),
             "--pause-ms".into(),
             "2000".into(),
         ],
