@@ -38,13 +38,13 @@ pub struct RawListQuery {
     pub limit: Option<String>,
 }
 
-/// Checks a listing's query: `state` one of `pending|failed|delivered|abandoned|open`
+/// Checks a listing's query: `state` one of `pending|failed|delivered|abandoned|open|heads`
 /// (absent: all), `aggregate` an id, `limit` 1..=1000 (absent: 1000).
 pub fn parse_list_query(raw: RawListQuery) -> Result<ListQuery, String> {
     let filter = match raw.state.as_deref() {
         None => StateFilter::All,
         Some(state) => StateFilter::parse(state).ok_or_else(|| {
-            format!("state {state:?} is not pending, failed, delivered, abandoned or open")
+            format!("state {state:?} is not pending, failed, delivered, abandoned, open or heads")
         })?,
     };
     if let Some(aggregate) = &raw.aggregate {

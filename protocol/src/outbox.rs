@@ -185,9 +185,10 @@ pub struct OutboxEntry {
     pub age_ms: Option<u64>,
 }
 
-/// `GET /v1/outbox?state=pending|failed|delivered|abandoned|open&aggregate=&limit=`: entries in
-/// write order (`open` = pending and failed: what a relay reads), with the counts and the age
-/// of the oldest pending intent.
+/// `GET /v1/outbox?state=pending|failed|delivered|abandoned|open|heads&aggregate=&limit=`:
+/// entries in write order (`open` = pending and failed; `heads` = the first open intent of each
+/// aggregate: what a relay reads, so that one aggregate's blocked backlog never hides the others
+/// behind the limit), with the counts and the age of the oldest pending intent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboxList {
     pub intents: Vec<OutboxEntry>,

@@ -88,7 +88,7 @@ pub enum Command {
         error: String,
         permanent: bool,
     },
-    /// `GET /v1/outbox?state=open`; answer with `Listed` or `ListFailed` of this generation.
+    /// `GET /v1/outbox?state=heads` (each aggregate's first open intent); answer with `Listed` or `ListFailed` of this generation.
     List {
         participant: String,
         generation: u64,

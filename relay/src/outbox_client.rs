@@ -17,7 +17,7 @@ pub async fn list(
     generation: u64,
 ) -> Event {
     let url = format!(
-        "{base}{}?state=open&limit={OUTBOX_LIST_LIMIT_MAX}",
+        "{base}{}?state=heads&limit={OUTBOX_LIST_LIMIT_MAX}",
         routes::OUTBOX
     );
     let failed = Event::ListFailed {

@@ -34,13 +34,16 @@ impl Default for OutboxRetention {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateFilter {
     One(IntentState),
-    /// Pending and failed: what a relay reads.
+    /// Pending and failed.
     Open,
+    /// The first open intent of each aggregate (its lowest seq): what a relay reads, so that
+    /// one aggregate's long blocked backlog never hides the others behind a listing's limit.
+    Heads,
     All,
 }
 
 impl StateFilter {
-    /// `pending|failed|delivered|abandoned|open`.
+    /// `pending|failed|delivered|abandoned|open|heads`.
     pub fn parse(text: &str) -> Option<Self> {
         Some(match text {
             "pending" => StateFilter::One(IntentState::Pending),
@@ -48,6 +51,7 @@ impl StateFilter {
             "delivered" => StateFilter::One(IntentState::Delivered),
             "abandoned" => StateFilter::One(IntentState::Abandoned),
             "open" => StateFilter::Open,
+            "heads" => StateFilter::Heads,
             _ => return None,
         })
     }
@@ -55,7 +59,7 @@ impl StateFilter {
     fn admits(self, state: IntentState) -> bool {
         match self {
             StateFilter::One(wanted) => wanted == state,
-            StateFilter::Open => is_open(state),
+            StateFilter::Open | StateFilter::Heads => is_open(state),
             StateFilter::All => true,
         }
     }
@@ -307,11 +311,14 @@ impl Outbox {
         now_ms: u64,
     ) -> OutboxList {
         let limit = limit.min(OUTBOX_LIST_LIMIT_MAX);
+        // In write order an aggregate's first open entry is its lowest open seq.
+        let mut heads_seen = std::collections::HashSet::new();
         let mut matching = self
             .entries
             .values()
             .filter(|e| filter.admits(e.state))
-            .filter(|e| aggregate.is_none_or(|a| a == e.aggregate));
+            .filter(|e| aggregate.is_none_or(|a| a == e.aggregate))
+            .filter(|e| filter != StateFilter::Heads || heads_seen.insert(e.aggregate.as_str()));
         let intents: Vec<OutboxEntry> = matching
             .by_ref()
             .take(limit)
@@ -390,6 +397,40 @@ mod tests {
         );
         assert_eq!(outbox.prune(u64::MAX, &retention), 0);
         assert_eq!(outbox.open_numbers(), (1, 1, Some(20)));
+    }
+
+    #[test]
+    fn heads_are_the_first_open_intent_of_each_aggregate_in_write_order() {
+        let mut outbox = Outbox::default();
+        // a-1 a-2 b-1 a-3 b-2 c-1, in write order
+        for (i, (event, aggregate)) in [
+            ("a-1", "a"),
+            ("a-2", "a"),
+            ("b-1", "b"),
+            ("a-3", "a"),
+            ("b-2", "b"),
+            ("c-1", "c"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let i = i as u64 + 1;
+            outbox.insert(&format!("op-{i}"), &[recorded(event, aggregate, i)], i * 10);
+        }
+        outbox.apply(
+            "b-1",
+            &IntentChange::Delivered {
+                answer: serde_json::Value::Null,
+            },
+            70,
+        );
+        let heads = outbox.list(StateFilter::Heads, None, OUTBOX_LIST_LIMIT_MAX, 80);
+        let ids: Vec<&str> = heads.intents.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, ["a-1", "b-2", "c-1"]);
+        let limited = outbox.list(StateFilter::Heads, None, 2, 80);
+        assert!(limited.truncated);
+        assert_eq!(limited.intents.len(), 2);
+        assert_eq!(StateFilter::parse("heads"), Some(StateFilter::Heads));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::outbox::{StateFilter, cut_error, state_name as state_text};
 fn states(filter: StateFilter) -> &'static str {
     match filter {
         StateFilter::All => "pending,failed,delivered,abandoned",
-        StateFilter::Open => "pending,failed",
+        StateFilter::Open | StateFilter::Heads => "pending,failed",
         StateFilter::One(state) => state_text(state),
     }
 }
@@ -255,11 +255,21 @@ impl<W: PgWork> PgParticipant<W> {
         let name = self.inner.config.name.as_str();
         let fetch = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
         let states = states(filter);
-        let sql = format!(
-            "SELECT {COLUMNS} FROM twopc.pg_outbox WHERE participant = $1 \
-             AND ($2::text IS NULL OR aggregate = $2) \
-             AND state = ANY (string_to_array($3, ',')) ORDER BY position LIMIT $4"
-        );
+        let sql = if filter == StateFilter::Heads {
+            // Each aggregate's lowest open seq, then in write order.
+            format!(
+                "SELECT {COLUMNS} FROM (SELECT DISTINCT ON (aggregate) * FROM twopc.pg_outbox \
+                 WHERE participant = $1 AND ($2::text IS NULL OR aggregate = $2) \
+                 AND state = ANY (string_to_array($3, ',')) ORDER BY aggregate, seq) heads \
+                 ORDER BY position LIMIT $4"
+            )
+        } else {
+            format!(
+                "SELECT {COLUMNS} FROM twopc.pg_outbox WHERE participant = $1 \
+                 AND ($2::text IS NULL OR aggregate = $2) \
+                 AND state = ANY (string_to_array($3, ',')) ORDER BY position LIMIT $4"
+            )
+        };
         let params: [(&(dyn ToSql + Sync), Type); 4] = [
             (&name, Type::TEXT),
             (&aggregate, Type::TEXT),
