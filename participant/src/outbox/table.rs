@@ -6,7 +6,7 @@
 //! whatever their age. Changes are applied by [`Outbox::apply`] alike live and at replay, so the
 //! table a log replays to is the table the live engine had.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use protocol::outbox::{IntentRef, IntentState, OUTBOX_LIST_LIMIT_MAX, OutboxEntry, OutboxList};
 use serde::{Deserialize, Serialize};
@@ -98,6 +98,10 @@ pub struct Outbox {
     /// (aggregate, seq) to write order.
     #[serde(skip)]
     by_aggregate: BTreeMap<(String, u64), u64>,
+    /// The write order of every open (pending or failed) entry: what relays list, and what the
+    /// gauges count, without a walk over the settled entries a week's retention keeps.
+    #[serde(skip)]
+    open: BTreeSet<u64>,
 }
 
 impl Outbox {
@@ -105,10 +109,14 @@ impl Outbox {
     pub fn reindex(&mut self) {
         self.by_event.clear();
         self.by_aggregate.clear();
+        self.open.clear();
         for (order, entry) in &self.entries {
             self.by_event.insert(entry.event_id.clone(), *order);
             self.by_aggregate
                 .insert((entry.aggregate.clone(), entry.seq), *order);
+            if is_open(entry.state) {
+                self.open.insert(*order);
+            }
         }
     }
 
@@ -173,6 +181,7 @@ impl Outbox {
             }
             self.by_aggregate
                 .insert((intent.aggregate.clone(), intent.seq), order);
+            self.open.insert(order);
             self.entries.insert(
                 order,
                 OutboxEntry {
@@ -198,6 +207,7 @@ impl Outbox {
     }
 
     fn remove(&mut self, order: u64) {
+        self.open.remove(&order);
         if let Some(entry) = self.entries.remove(&order) {
             self.by_aggregate
                 .remove(&(entry.aggregate.clone(), entry.seq));
@@ -219,10 +229,10 @@ impl Outbox {
     /// Applies a change (checked by the engine, or replayed from the log) to `event_id`.
     /// Unknown ids change nothing (a replayed change whose entry retention took).
     pub fn apply(&mut self, event_id: &str, change: &IntentChange, at_ms: u64) {
-        let Some(entry) = self
+        let Some((order, entry)) = self
             .by_event
             .get(event_id)
-            .and_then(|order| self.entries.get_mut(order))
+            .and_then(|order| Some((*order, self.entries.get_mut(order)?)))
         else {
             return;
         };
@@ -251,6 +261,11 @@ impl Outbox {
                 }
                 entry.marks.push(mark.clone());
             }
+        }
+        if is_open(entry.state) {
+            self.open.insert(order);
+        } else {
+            self.open.remove(&order);
         }
     }
 
@@ -288,7 +303,7 @@ impl Outbox {
     /// Pending and failed counts, and when the oldest pending intent was written.
     pub fn open_numbers(&self) -> (u64, u64, Option<u64>) {
         let (mut pending, mut failed, mut oldest) = (0, 0, None::<u64>);
-        for entry in self.entries.values() {
+        for entry in self.open.iter().filter_map(|order| self.entries.get(order)) {
             match entry.state {
                 IntentState::Pending => {
                     pending += 1;
@@ -313,9 +328,17 @@ impl Outbox {
         let limit = limit.min(OUTBOX_LIST_LIMIT_MAX);
         // In write order an aggregate's first open entry is its lowest open seq.
         let mut heads_seen = std::collections::HashSet::new();
-        let mut matching = self
-            .entries
-            .values()
+        let wants_open_only = match filter {
+            StateFilter::Open | StateFilter::Heads => true,
+            StateFilter::One(state) => is_open(state),
+            StateFilter::All => false,
+        };
+        let candidates: Box<dyn Iterator<Item = &OutboxEntry>> = if wants_open_only {
+            Box::new(self.open.iter().filter_map(|order| self.entries.get(order)))
+        } else {
+            Box::new(self.entries.values())
+        };
+        let mut matching = candidates
             .filter(|e| filter.admits(e.state))
             .filter(|e| aggregate.is_none_or(|a| a == e.aggregate))
             .filter(|e| filter != StateFilter::Heads || heads_seen.insert(e.aggregate.as_str()));
@@ -397,6 +420,73 @@ mod tests {
         );
         assert_eq!(outbox.prune(u64::MAX, &retention), 0);
         assert_eq!(outbox.open_numbers(), (1, 1, Some(20)));
+    }
+
+    #[test]
+    fn the_open_index_follows_every_change_and_a_reindex_rebuilds_it() {
+        let mut outbox = Outbox::default();
+        for i in 1..=4u64 {
+            outbox.insert(
+                &format!("op-{i}"),
+                &[recorded(&format!("e-{i}"), "a", i)],
+                i,
+            );
+        }
+        let mark = |action: &str| IntentMark {
+            operator: "o".into(),
+            reason: "r".into(),
+            action: action.into(),
+            at_ms: 9,
+        };
+        outbox.apply("e-1", &IntentChange::Delivered { answer: json!(1) }, 5);
+        outbox.apply(
+            "e-2",
+            &IntentChange::Attempt {
+                error: "x".into(),
+                permanent: true,
+            },
+            6,
+        );
+        outbox.apply(
+            "e-3",
+            &IntentChange::Operator {
+                to: IntentState::Abandoned,
+                mark: mark("abandoned"),
+            },
+            7,
+        );
+        outbox.apply(
+            "e-2",
+            &IntentChange::Operator {
+                to: IntentState::Pending,
+                mark: mark("retry"),
+            },
+            8,
+        );
+        let open = |o: &Outbox| -> Vec<String> {
+            o.list(StateFilter::Open, None, OUTBOX_LIST_LIMIT_MAX, 10)
+                .intents
+                .into_iter()
+                .map(|e| e.event_id)
+                .collect()
+        };
+        let walked: Vec<String> = outbox
+            .entries()
+            .filter(|e| is_open(e.state))
+            .map(|e| e.event_id.clone())
+            .collect();
+        assert_eq!(open(&outbox), walked);
+        assert_eq!(open(&outbox), ["e-2", "e-4"]);
+        assert_eq!(outbox.open_numbers().0, 2);
+        let mut copy: Outbox =
+            serde_json::from_value(serde_json::to_value(&outbox).unwrap()).unwrap();
+        copy.reindex();
+        assert_eq!(
+            copy, outbox,
+            "a snapshot reindexed holds the same open index"
+        );
+        outbox.prune(1_000_000, &OutboxRetention { settled_ms: 1 });
+        assert_eq!(open(&outbox), ["e-2", "e-4"]);
     }
 
     #[test]
