@@ -81,10 +81,15 @@ fn a_lower_token_is_refused_stale_and_writes_nothing_even_after_a_reset() {
     assert_eq!(outbox_rows(&o.db), "e7#1,e7b#2");
 
     let (status, fence) = o.call(As::Operator, "get", "/v1/fences/checkout:c-1", None);
-    assert_eq!((status, fence["highest"].as_u64()), (200, Some(7)), "{fence}");
+    assert_eq!(
+        (status, fence["highest"].as_u64()),
+        (200, Some(7)),
+        "{fence}"
+    );
     assert!(fence["written_at_ms"].as_u64().is_some(), "{fence}");
     assert_eq!(
-        o.call(As::Operator, "get", "/v1/fences/checkout:c-9", None).0,
+        o.call(As::Operator, "get", "/v1/fences/checkout:c-9", None)
+            .0,
         404
     );
 
@@ -112,7 +117,10 @@ fn a_lower_token_is_refused_stale_and_writes_nothing_even_after_a_reset() {
     );
     let done = reset(7, 4);
     assert_eq!(done.0, 200, "{}", done.1);
-    assert_eq!((done.1["from"].as_u64(), done.1["to"].as_u64()), (Some(7), Some(4)));
+    assert_eq!(
+        (done.1["from"].as_u64(), done.1["to"].as_u64()),
+        (Some(7), Some(4))
+    );
     let (_, fence) = o.call(As::Operator, "get", "/v1/fences/checkout:c-1", None);
     assert_eq!(fence["highest"].as_u64(), Some(4), "{fence}");
     assert_eq!(fence["resets"][0]["reason"], "lease store lost", "{fence}");
@@ -122,7 +130,11 @@ fn a_lower_token_is_refused_stale_and_writes_nothing_even_after_a_reset() {
     // token 5 now writes.
     let repeat = o.write(five);
     assert_eq!(error(&repeat), (409, Some("stale_token")), "{}", repeat.1);
-    assert_eq!(repeat.1["highest"].as_u64(), Some(7), "the first refusal, unchanged");
+    assert_eq!(
+        repeat.1["highest"].as_u64(),
+        Some(7),
+        "the first refusal, unchanged"
+    );
     assert_eq!(state(&o.db, "c-1"), "payment_authorized:3");
     let fresh = o.write(advance("op-5b", 5, "c-1", 3, "confirmed", "e5b"));
     assert_eq!(fresh.0, 200, "{}", fresh.1);
@@ -134,7 +146,10 @@ fn a_lower_token_is_refused_stale_and_writes_nothing_even_after_a_reset() {
     assert_eq!(error(&o.write(jump)), (409, Some("token_too_high")));
     assert_eq!(state(&o.db, "c-2"), "stock_reserved:1");
     assert_eq!(
-        query(&o.db, "SELECT count(*) FROM twopc.pg_ops WHERE op_id = 'op-j'"),
+        query(
+            &o.db,
+            "SELECT count(*) FROM twopc.pg_ops WHERE op_id = 'op-j'"
+        ),
         "0"
     );
     assert_eq!(
@@ -156,15 +171,21 @@ fn a_paused_worker_whose_version_still_matches_cannot_move_the_workflow() {
     assert_eq!(a1.0, 200, "{}", a1.1);
     // A pauses past its TTL. B is granted token 2 and writes under the same resource, leaving
     // the checkout row itself untouched: its version is still the one A read.
-    let b1 = o.write(json!({"op_id": "b-1", "statement": "append", "params": ["j", 2],
-        "fence": {"resource": "checkout:c-2", "token": 2}}));
+    let b1 = o.write(
+        json!({"op_id": "b-1", "statement": "append", "params": ["j", 2],
+        "fence": {"resource": "checkout:c-2", "token": 2}}),
+    );
     assert_eq!(b1.0, 200, "{}", b1.1);
     // A resumes: its guard would hold, its token does not.
     let late = o.write(advance("a-2", 1, "c-2", 2, "payment_authorized", "a2"));
     assert_eq!(error(&late), (409, Some("stale_token")), "{}", late.1);
     assert_eq!(late.1["highest"].as_u64(), Some(2));
     assert_eq!(state(&o.db, "c-2"), "payment_pending:2", "state unchanged");
-    assert_eq!(outbox_rows(&o.db), "a1#1", "no intent from the paused worker");
+    assert_eq!(
+        outbox_rows(&o.db),
+        "a1#1",
+        "no intent from the paused worker"
+    );
     // B moves it on.
     let b2 = o.write(advance("b-2", 2, "c-2", 2, "payment_declined", "b2"));
     assert_eq!(b2.0, 200, "{}", b2.1);
@@ -193,7 +214,10 @@ fn with_a_fence_key_only_the_lease_services_proof_writes() {
     };
     for (what, body) in [
         ("no proof", claim(3, None)),
-        ("a forged proof", claim(3, Some(forger.sign("checkout:c-1", 3, "w-1")))),
+        (
+            "a forged proof",
+            claim(3, Some(forger.sign("checkout:c-1", 3, "w-1"))),
+        ),
         (
             "a proof for another token",
             claim(4, Some(keys.sign("checkout:c-1", 3, "w-1"))),
@@ -282,9 +306,15 @@ fn concurrent_writers_never_leave_a_lower_tokens_effect_after_a_higher_ones() {
             "seed {seed}: the effects are exactly the answered writes (tokens {tokens:?})"
         );
         let max = tokens.iter().max().copied().unwrap_or(0);
-        assert!(accepted.contains(&max), "seed {seed}: the highest token always writes");
+        assert!(
+            accepted.contains(&max),
+            "seed {seed}: the highest token always writes"
+        );
         assert_eq!(
-            query(&db, "SELECT highest FROM twopc.pg_fences WHERE resource = 'journal:j'"),
+            query(
+                &db,
+                "SELECT highest FROM twopc.pg_fences WHERE resource = 'journal:j'"
+            ),
             max.to_string()
         );
         assert_eq!(

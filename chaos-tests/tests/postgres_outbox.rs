@@ -9,14 +9,16 @@
 //! `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with `-- --ignored`.
 
 use chaos_tests::pg_outbox::{
-    As, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, PgNode, authorize, checkout, ids, intent,
-    outbox_rows, query, start_pg_node,
+    As, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, PgNode, authorize, checkout, ids, intent, outbox_rows,
+    query, start_pg_node,
 };
 use chaos_tests::pg_rig::metric;
 use serde_json::{Value, json};
 
 fn start(name: &str) -> PgNode {
-    start_pg_node(name, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, Vec::new(), |_| Vec::new())
+    start_pg_node(name, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, Vec::new(), |_| {
+        Vec::new()
+    })
 }
 
 /// An entry without its `age_ms` (which moves between two reads).

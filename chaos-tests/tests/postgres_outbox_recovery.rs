@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use chaos_tests::pg_outbox::{
-    CHECKOUT_STATEMENTS, CHECKOUTS_SQL, authorize, checkout, ids, intent, outbox_rows,
-    pg_library, start_pg_node,
+    CHECKOUT_STATEMENTS, CHECKOUTS_SQL, authorize, checkout, ids, intent, outbox_rows, pg_library,
+    start_pg_node,
 };
 use chaos_tests::pg_rig::failpoint;
 use cluster::pg_cluster::READY_TIMEOUT;

@@ -208,7 +208,10 @@ impl<W: PgWork> PgParticipant<W> {
 
     /// `POST /v1/fences/{resource}/reset`: the reset and its audit row in one transaction,
     /// answered after its `COMMIT` returned.
-    pub async fn reset_fence(&self, request: FenceResetRequest) -> Result<FenceReset, FenceOpError> {
+    pub async fn reset_fence(
+        &self,
+        request: FenceResetRequest,
+    ) -> Result<FenceReset, FenceOpError> {
         if request.to >= request.from {
             return Err(FenceOpError::Refused(ResetRefused::NotLower {
                 from: request.from,

@@ -21,8 +21,8 @@ use net::exposition::Exposition;
 use super::backend::PgParticipant;
 use super::in_doubt::PgPreparedList;
 use super::metrics::{OpenCounts, PgMetrics, outbox_families};
-use super::{fence_http, outbox_http};
 use super::work::PgWork;
+use super::{fence_http, outbox_http};
 use crate::api_error::{ApiError, json_body};
 use crate::batch_http::{answer_decisions, answer_prepares, batch_body, check_items};
 

@@ -315,7 +315,9 @@ impl<W: PgWork> PgParticipant<W> {
             Ok(answer) => answer,
             Err(e) => {
                 rollback(session).await;
-                return Err(WriteError::Invalid(format!("the refusal does not encode: {e}")));
+                return Err(WriteError::Invalid(format!(
+                    "the refusal does not encode: {e}"
+                )));
             }
         };
         let name = self.inner.config.name.as_str();
