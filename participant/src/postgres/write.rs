@@ -435,3 +435,31 @@ impl<W: PgWork> PgParticipant<W> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_answers_from_before_fences_read_as_answers_and_refusals_as_refusals() {
+        let old = r#"{"op_id":"w","rows":1,"returned":[{"version":4}],"intents":[]}"#;
+        assert!(matches!(
+            serde_json::from_str::<Stored>(old),
+            Ok(Stored::Applied(PgWriteResponse { rows: 1, .. }))
+        ));
+        let stale = StaleToken {
+            resource: "r".into(),
+            token: 5,
+            highest: 7,
+        };
+        let text = serde_json::to_string(&Stored::Stale {
+            stale: stale.clone(),
+        })
+        .unwrap();
+        assert!(text.starts_with(r#"{"stale":"#), "{text}");
+        assert!(matches!(
+            serde_json::from_str::<Stored>(&text),
+            Ok(Stored::Stale { stale: read }) if read == stale
+        ));
+    }
+}
