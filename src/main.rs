@@ -15,6 +15,8 @@ mod saga_cmd;
 mod target;
 mod tokens_cmd;
 mod wal_cmd;
+mod workflow_store;
+mod workflow_worker;
 
 use std::process::ExitCode;
 
@@ -62,6 +64,10 @@ enum Command {
     /// A lease holder that acquires, renews and writes through a fence (tests, docs/leases.md).
     #[command(hide = true)]
     LeaseWorker(lease_worker::Args),
+    /// The checkout workflow's reference worker: holds a lease, moves checkouts by fenced
+    /// transitions (`twopc demo --workflow`, docs/workflows.md).
+    #[command(hide = true)]
+    WorkflowWorker(workflow_worker::Args),
     /// Write a fresh set of token files (peer, client, operator) for a cluster.
     Tokens(tokens_cmd::Args),
     /// Look at a write-ahead log directory.
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::main(args),
         Command::Saga(command) => saga_cmd::main(command),
         Command::LeaseWorker(args) => lease_worker::main(args),
+        Command::WorkflowWorker(args) => workflow_worker::main(args),
         Command::Tokens(args) => tokens_cmd::main(args),
     }
 }

@@ -7,8 +7,13 @@
 //! sees an unknown outcome and must ask again under the same `event_id`, which is how the
 //! `payment_unknown -> reconciliation_pending` path is exercised. It runs in the calling
 //! process on a thread of its own (tests and the demo use it; it is not a twopc product).
+//!
+//! Started with `Payments` (`twopc demo --workflow`), it also keeps customer balances: an
+//! authorization takes the delivery's `amount` from its `customer`, a balance too small answers
+//! `declined`, and it can signal the caller when it has applied one chosen event and hold that
+//! answer, so the caller can kill the relay between the effect and the relay's report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,6 +37,19 @@ pub struct Behaviour {
     pub delay: Duration,
 }
 
+/// A payments service's book and its scripted misbehaviour.
+#[derive(Debug, Clone, Default)]
+pub struct Payments {
+    /// Customer balances at start; an authorization takes its amount, a balance too small
+    /// declines.
+    pub balances: BTreeMap<String, i64>,
+    /// Only these events get `Behaviour`'s slow answers (empty: every event).
+    pub slow_events: BTreeSet<String>,
+    /// This event's first attempt, once applied, is sent on the channel and its answer held
+    /// this long.
+    pub hold: Option<(String, Duration, std::sync::mpsc::Sender<String>)>,
+}
+
 /// One request as it arrived.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Received {
@@ -50,6 +68,9 @@ struct Book {
     /// First applications, in order: (aggregate, seq, event_id).
     applied: Vec<(String, u64, String)>,
     attempts: BTreeMap<String, u32>,
+    balances: BTreeMap<String, i64>,
+    /// Authorized amounts by event.
+    captured: BTreeMap<String, i64>,
 }
 
 /// A running receiver; dropping it stops it.
@@ -65,18 +86,35 @@ pub struct Receiver {
 struct Shared {
     book: Arc<Mutex<Book>>,
     behaviour: Behaviour,
+    payments: Option<Arc<Payments>>,
 }
 
 impl Receiver {
     /// Starts it on a free loopback port.
     pub fn start(behaviour: Behaviour) -> std::io::Result<Receiver> {
+        Receiver::start_with(behaviour, None)
+    }
+
+    /// Starts a payments service with balances (see `Payments`).
+    pub fn start_payments(behaviour: Behaviour, payments: Payments) -> std::io::Result<Receiver> {
+        Receiver::start_with(behaviour, Some(payments))
+    }
+
+    fn start_with(behaviour: Behaviour, payments: Option<Payments>) -> std::io::Result<Receiver> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let book = Arc::new(Mutex::new(Book::default()));
+        let book = Arc::new(Mutex::new(Book {
+            balances: payments
+                .as_ref()
+                .map(|p| p.balances.clone())
+                .unwrap_or_default(),
+            ..Book::default()
+        }));
         let shared = Shared {
             book: book.clone(),
             behaviour,
+            payments: payments.map(Arc::new),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -125,6 +163,26 @@ impl Receiver {
         self.book().applied.clone()
     }
 
+    /// Customer balances as they stand.
+    pub fn balances(&self) -> BTreeMap<String, i64> {
+        self.book().balances.clone()
+    }
+
+    /// Authorized amounts by event.
+    pub fn captured(&self) -> BTreeMap<String, i64> {
+        self.book().captured.clone()
+    }
+
+    /// The answer given for each event.
+    pub fn answers(&self) -> BTreeMap<String, Value> {
+        self.book().answers.clone()
+    }
+
+    /// Requests per event (more than one: a repeat, answered without a second effect).
+    pub fn attempts(&self) -> BTreeMap<String, u32> {
+        self.book().attempts.clone()
+    }
+
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -161,7 +219,8 @@ async fn take(
     }
     // The effect and its answer are recorded together, before any answer is given: a repeat
     // finds them and answers the same, without a second effect.
-    let (answer, slow) = {
+    let payments = shared.payments.as_deref();
+    let (answer, slow, hold) = {
         let mut book = shared.book.lock().unwrap_or_else(PoisonError::into_inner);
         book.received.push(Received {
             delivery: delivery.clone(),
@@ -169,15 +228,25 @@ async fn take(
         });
         let attempt = book.attempts.entry(delivery.event_id.clone()).or_insert(0);
         *attempt += 1;
-        let slow = *attempt <= shared.behaviour.slow_attempts;
+        let first_attempt = *attempt == 1;
+        let slow = *attempt <= shared.behaviour.slow_attempts
+            && payments.is_none_or(|p| {
+                p.slow_events.is_empty() || p.slow_events.contains(&delivery.event_id)
+            });
+        let hold = payments
+            .and_then(|p| p.hold.as_ref())
+            .filter(|(event, _, _)| first_attempt && *event == delivery.event_id);
         let answer = match book.answers.get(&delivery.event_id) {
             Some(answer) => answer.clone(),
             None => {
-                let answer = json!({
-                    "event_id": delivery.event_id,
-                    "authorization": format!("auth-{}", delivery.event_id),
-                    "status": "authorized",
-                });
+                let answer = match payments {
+                    Some(_) => authorize(&mut book, &delivery),
+                    None => json!({
+                        "event_id": delivery.event_id,
+                        "authorization": format!("auth-{}", delivery.event_id),
+                        "status": "authorized",
+                    }),
+                };
                 book.answers
                     .insert(delivery.event_id.clone(), answer.clone());
                 *book.effects.entry(delivery.event_id.clone()).or_insert(0) += 1;
@@ -190,10 +259,39 @@ async fn take(
                 answer
             }
         };
-        (answer, slow)
+        (answer, slow, hold)
     };
+    if let Some((event, wait, signal)) = hold {
+        let _ = signal.send(event.clone());
+        tokio::time::sleep(*wait).await;
+    }
     if slow {
         tokio::time::sleep(shared.behaviour.delay).await;
     }
     (StatusCode::OK, Json(answer))
+}
+
+/// A payment's effect: the amount taken from the customer's balance, or a decline when the
+/// balance is too small (or the delivery names no customer and amount).
+fn authorize(book: &mut Book, delivery: &Delivery) -> Value {
+    let customer = delivery.body["customer"].as_str().unwrap_or_default();
+    let amount = delivery.body["amount"].as_i64().unwrap_or(-1);
+    let balance = book.balances.get(customer).copied();
+    match balance {
+        Some(balance) if amount >= 0 && balance >= amount => {
+            book.balances.insert(customer.to_string(), balance - amount);
+            book.captured.insert(delivery.event_id.clone(), amount);
+            json!({
+                "event_id": delivery.event_id,
+                "authorization": format!("auth-{}", delivery.event_id),
+                "status": "authorized",
+                "amount": amount,
+            })
+        }
+        _ => json!({
+            "event_id": delivery.event_id,
+            "status": "declined",
+            "reason": "insufficient funds",
+        }),
+    }
 }

@@ -105,7 +105,7 @@ pub async fn run(data_dir: &Path, fresh: bool) -> Result<bool> {
 
 /// The fence key of the demo's data directory, made on its first run (0600; kept across runs
 /// so the participant's fences stay checkable).
-fn fence_key(dir: &Path) -> Result<PathBuf> {
+pub(super) fn fence_key(dir: &Path) -> Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -3,7 +3,8 @@
 //! audit of every invariant at the end. Exits 0 only if every invariant holds. With
 //! `--fencing` it plays the lease story instead (see `fencing`); `--backend postgres`
 //! (postgres.rs) runs the checkout with `payments` in a PostgreSQL database; `--ha` (ha.rs)
-//! runs it on a coordinator group and kills the leader instead.
+//! runs it on a coordinator group and kills the leader instead; `--workflow` (workflow.rs)
+//! runs the checkout workflow through an outbox, a relay and fenced workers.
 
 mod fencing;
 mod ha;
@@ -12,6 +13,9 @@ mod postgres;
 mod reasons;
 mod report;
 mod sagas;
+mod workflow;
+mod workflow_audit;
+mod workflow_pg;
 
 pub use report::print_checks;
 
@@ -84,9 +88,10 @@ pub struct Args {
     /// `stale_token` because the next holder already wrote. Exits 0 only if every step holds.
     #[arg(long, conflicts_with_all = ["target_coordinator", "write_seeds", "record", "keep_running"])]
     pub fencing: bool,
-    /// What holds `payments`: `kv` (the reference KV participant; needs nothing) or `postgres`
-    /// (a `--backend postgres` participant over a fresh database on TWOPC_POSTGRES_URL's server
-    /// or a throwaway cluster; docs/postgres.md).
+    /// What holds `payments` (with --workflow: the shop's checkouts, stock and outbox): `kv`
+    /// (the reference KV participant; needs nothing) or `postgres` (a `--backend postgres`
+    /// participant over a fresh database on TWOPC_POSTGRES_URL's server or a throwaway cluster;
+    /// docs/postgres.md).
     #[arg(long, value_parser = ["kv", "postgres"], default_value = "kv")]
     pub backend: String,
     /// Instead of one coordinator: a coordinator group of two elected through a local etcd
@@ -95,6 +100,15 @@ pub struct Args {
     /// always on a fresh <data dir>/ha. Needs etcd (Debian: etcd-server).
     #[arg(long, conflicts_with_all = ["fencing", "target_coordinator", "write_seeds", "record", "keep_running", "sagas"])]
     pub ha: bool,
+    /// Instead of the checkout workload: the checkout workflow (docs/workflows.md) moved by two
+    /// fenced `twopc workflow-worker`s through the shop's outbox and a `twopc relay` to a
+    /// payments receiver; a worker paused past its lease, the relay killed mid-delivery, slow
+    /// payments resolved from evidence; audited. Always on a fresh <data dir>/workflow.
+    #[arg(long, conflicts_with_all = ["fencing", "ha", "sagas", "target_coordinator", "write_seeds", "record", "keep_running"])]
+    pub workflow: bool,
+    /// With --workflow: how many checkouts (1 to 60).
+    #[arg(long, default_value_t = 12)]
+    pub checkouts: u64,
     /// With --ha: how long the workload runs, in seconds [default: 24].
     #[arg(long)]
     pub seconds: Option<f64>,
@@ -125,6 +139,9 @@ async fn run(mut args: Args) -> Result<bool> {
     );
     if args.fencing {
         return fencing::run(&args.data_dir, args.fresh).await;
+    }
+    if args.workflow {
+        return workflow::run(&args.data_dir, args.checkouts, &args.backend).await;
     }
     let config = CheckoutConfig::default();
     if args.ha {

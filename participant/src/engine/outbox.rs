@@ -53,13 +53,6 @@ impl<R: Resource> Engine<R> {
         if let Err(problem) = write.check_intents() {
             return reject(Rejection::InvalidIntent(problem));
         }
-        if let Some((event_id, op_id)) = write.next.iter().find_map(|intent| {
-            self.outbox
-                .get(&intent.event_id)
-                .map(|entry| (intent.event_id.clone(), entry.op_id.clone()))
-        }) {
-            return reject(Rejection::EventIdConflict { event_id, op_id });
-        }
         if let Some(fence) = &write.fence {
             match self.fences.check(fence, &self.config.fence) {
                 Ok(()) => {}
@@ -88,6 +81,15 @@ impl<R: Resource> Engine<R> {
                 // forger cannot take an honest writer's op id either.
                 Err(refusal) => return reject(Rejection::FenceRefused(refusal)),
             }
+        }
+        // After the fence: a stale writer is told stale_token, whatever else it repeats (a
+        // paused worker resending a transition another worker already made, intent included).
+        if let Some((event_id, op_id)) = write.next.iter().find_map(|intent| {
+            self.outbox
+                .get(&intent.event_id)
+                .map(|entry| (intent.event_id.clone(), entry.op_id.clone()))
+        }) {
+            return reject(Rejection::EventIdConflict { event_id, op_id });
         }
         let locked = self.resource.lock_keys(&staged);
         let keys = lock_keys(locked.clone(), write.fence.as_slice());

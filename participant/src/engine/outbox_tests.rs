@@ -101,6 +101,40 @@ fn replayed(log: &[Record]) -> Engine<KvStore> {
     engine
 }
 
+/// A worker paused past its lease resends a transition another worker already made, its
+/// intent included: it is told `stale_token` (the fence is judged before the event id), so it
+/// learns that it lost its lease, not that someone else used its id.
+#[test]
+fn a_stale_writer_repeating_an_event_id_is_told_stale_token() {
+    let mut engine = Engine::new(config(), KvStore::new());
+    let mut log = Vec::new();
+    let fenced = |op_id: &str, token: u64| Event::Write {
+        write: Write {
+            op_id: op_id.into(),
+            fence: Some(protocol::lease::FenceClaim::unproven(
+                "checkout-workers",
+                token,
+            )),
+            payload: json!({"ops": [{"op": "put", "key": "checkout:c-1", "value": "stock_reserved"}]}),
+            next: vec![intent("pay-c-1", "checkout:c-1")],
+        },
+        now_ms: 10,
+    };
+    let first = step(&mut engine, fenced("by-b", 2), &mut log);
+    assert!(
+        matches!(first, Reply::Fenced(FencedAnswer::Applied { .. })),
+        "{first:?}"
+    );
+    let stale = step(&mut engine, fenced("by-a", 1), &mut log);
+    assert!(
+        matches!(&stale, Reply::Fenced(FencedAnswer::Stale(s)) if s.highest == 2),
+        "{stale:?}"
+    );
+    // An honest writer with the current token reusing the id is told the id is taken.
+    let reused = step(&mut engine, fenced("by-b-again", 2), &mut log);
+    assert_eq!(code(&reused), Some(protocol::ErrorCode::IdConflict));
+}
+
 #[test]
 fn a_write_records_its_intents_in_one_record_with_seqs_per_aggregate() {
     let mut engine = Engine::new(config(), KvStore::new());

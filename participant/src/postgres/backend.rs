@@ -69,6 +69,8 @@ impl From<PgError> for PgRequestError {
 
 pub(crate) struct Inner<W: PgWork> {
     pub(crate) work: W,
+    /// The work's statements kept prepared on every prepare session ([`PgWork::prepared_sql`]).
+    work_sql: Vec<(String, Vec<Type>)>,
     pub(crate) pool: Arc<Pool>,
     /// Decisions waiting for a phase-two session, sent together.
     pub(crate) phase_two: Arc<PhaseTwo>,
@@ -157,6 +159,7 @@ impl<W: PgWork> PgParticipant<W> {
             crate::decision_client::Coordinators::new(http, &config.coordinator_urls);
         Ok(Self {
             inner: Arc::new(Inner {
+                work_sql: work.prepared_sql(),
                 work,
                 pool,
                 phase_two,
@@ -342,13 +345,18 @@ impl<W: PgWork> PgParticipant<W> {
             request.coordinator_id.as_str(),
         );
         let statements = async {
+            let mut work = Vec::with_capacity(self.inner.work_sql.len());
+            for (sql, types) in &self.inner.work_sql {
+                work.push(session.statement(sql, types).await?);
+            }
             Ok::<_, tokio_postgres::Error>((
                 session.statement(INTENT_SQL, &INTENT_TYPES).await?,
                 session.statement(OUTCOME_SQL, &[Type::TEXT]).await?,
                 session.statement(FORGET_SQL, &[Type::TEXT]).await?,
+                work,
             ))
         };
-        let (intent_sql, outcome_sql, forget_sql) = match statements.await {
+        let (intent_sql, outcome_sql, forget_sql, work_statements) = match statements.await {
             Ok(prepared) => prepared,
             Err(error) => {
                 session.discard();
@@ -380,7 +388,9 @@ impl<W: PgWork> PgParticipant<W> {
             client.batch_execute(&begin),
             client.execute(&outcome_sql, &gid_param),
             client.execute(&forget_sql, &gid_param),
-            self.inner.work.work(client, &request.payload),
+            self.inner
+                .work
+                .work_prepared(client, &work_statements, &request.payload),
         );
         if let Err(error) = intent_begin.and(intent.map(drop)).and(began) {
             session.discard();

@@ -5,7 +5,8 @@
 //! while the `COMMIT PREPARED` that frees that lock waits for one. A session that saw a
 //! connection error is dropped instead of returned.
 //!
-//! A session keeps the library's own statements prepared on the server once it has sent them
+//! A session keeps the statements a prepare sends (the library's own, and the service's that
+//! [`super::work::PgWork::prepared_sql`] names) prepared on the server once it has sent them
 //! (`Session::statement`): parsing, analysing and planning them on every prepare was a third
 //! of the server's CPU per transfer (issue 28, docs/benchmarks.md).
 
@@ -28,7 +29,7 @@ pub(crate) enum Side {
 }
 
 /// Statements prepared on one session (a statement belongs to the session that prepared it).
-type Prepared = HashMap<&'static str, Statement>;
+type Prepared = HashMap<String, Statement>;
 
 /// A session waiting in the pool, with what it has prepared.
 struct Idle {
@@ -139,14 +140,14 @@ impl Session<'_> {
     /// time this session needs it (a round trip), then kept for the session's life.
     pub(crate) async fn statement(
         &mut self,
-        sql: &'static str,
+        sql: &str,
         types: &[Type],
     ) -> Result<Statement, tokio_postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
         let statement = self.client().prepare_typed(sql, types).await?;
-        self.statements.insert(sql, statement.clone());
+        self.statements.insert(sql.to_string(), statement.clone());
         Ok(statement)
     }
 

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 
 use protocol::kv::OPS_MAX;
 use serde::Deserialize;
-use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Statement as PreparedStatement};
 
 use super::error::{PgError, describe};
 use super::pipeline;
@@ -301,19 +301,65 @@ impl PgWork for Statements {
     }
 
     async fn work(&self, client: &Client, payload: &serde_json::Value) -> Result<(), WorkRefusal> {
+        self.run_ops(client, &[], payload).await
+    }
+
+    /// Every statement of the file, in name order: the library keeps them prepared per session.
+    fn prepared_sql(&self) -> Vec<(String, Vec<Type>)> {
+        self.statements
+            .values()
+            .map(|statement| (statement.spec.sql.clone(), statement.params.clone()))
+            .collect()
+    }
+
+    async fn work_prepared(
+        &self,
+        client: &Client,
+        prepared: &[PreparedStatement],
+        payload: &serde_json::Value,
+    ) -> Result<(), WorkRefusal> {
+        self.run_ops(client, prepared, payload).await
+    }
+}
+
+impl Statements {
+    /// The payload's ops, sent together; each on its statement prepared on this session when
+    /// `prepared` holds them (one per statement, in name order), else as SQL text.
+    async fn run_ops(
+        &self,
+        client: &Client,
+        prepared: &[PreparedStatement],
+        payload: &serde_json::Value,
+    ) -> Result<(), WorkRefusal> {
         let bound = self.bind(payload).map_err(WorkRefusal::Invalid)?;
+        let on_session = |name: &str| {
+            let position = self.statements.keys().position(|known| known == name)?;
+            (prepared.len() == self.statements.len()).then(|| &prepared[position])
+        };
         let sent = bound
             .iter()
             .map(|op| async move {
-                let params: Vec<(&(dyn ToSql + Sync), Type)> = op
-                    .params
-                    .iter()
-                    .zip(&op.statement.params)
-                    .map(|(p, ty)| (p.as_ref() as &(dyn ToSql + Sync), ty.clone()))
-                    .collect();
-                client
-                    .execute_typed(op.statement.spec.sql.as_str(), &params)
-                    .await
+                match on_session(op.name) {
+                    Some(statement) => {
+                        let params: Vec<&(dyn ToSql + Sync)> = op
+                            .params
+                            .iter()
+                            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                            .collect();
+                        client.execute(statement, &params).await
+                    }
+                    None => {
+                        let params: Vec<(&(dyn ToSql + Sync), Type)> = op
+                            .params
+                            .iter()
+                            .zip(&op.statement.params)
+                            .map(|(p, ty)| (p.as_ref() as &(dyn ToSql + Sync), ty.clone()))
+                            .collect();
+                        client
+                            .execute_typed(op.statement.spec.sql.as_str(), &params)
+                            .await
+                    }
+                }
             })
             .collect();
         // After a failed statement the rest fail too (the transaction is aborted): the first

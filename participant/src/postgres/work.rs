@@ -2,7 +2,8 @@
 
 use std::future::Future;
 
-use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Statement};
 
 use super::error::describe;
 
@@ -41,6 +42,26 @@ pub trait PgWork: Send + Sync + 'static {
         client: &Client,
         payload: &serde_json::Value,
     ) -> impl Future<Output = Result<(), WorkRefusal>> + Send;
+
+    /// The SQL, with its parameter types, that [`PgWork::work_prepared`] runs: the library
+    /// prepares each once per session and keeps it there, so PostgreSQL parses and plans it
+    /// once instead of on every transaction. Called once, when the participant starts. By
+    /// default none (the library calls [`PgWork::work`]).
+    fn prepared_sql(&self) -> Vec<(String, Vec<Type>)> {
+        Vec::new()
+    }
+
+    /// [`PgWork::work`] with the statements of [`PgWork::prepared_sql`] prepared on `client`'s
+    /// session, in the same order. By default it ignores them and calls `work`.
+    fn work_prepared(
+        &self,
+        client: &Client,
+        prepared: &[Statement],
+        payload: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), WorkRefusal>> + Send {
+        let _ = prepared;
+        self.work(client, payload)
+    }
 
     /// A local write's statement (`POST /v1/pg/write`, `super::write`): runs the named
     /// statement with `params` inside the open transaction on `client` and counts its rows;
