@@ -13,7 +13,8 @@
 //! - `binary` (finding, or building with failpoints, the `twopc` binary the tests start),
 //!   `disk_faults` (byte-level faults on a stopped node's files), `proxy` (the fault proxy)
 //!   and `lease_nodes` (real processes for the lease and fencing tests) stand on no other;
-//! - `pg_rig` (the PostgreSQL crash tests' processes) stands on `binary`;
+//! - `pg_rig` (the PostgreSQL crash tests' processes) and `pg_outbox` (one PostgreSQL
+//!   participant for the outbox and fence tests, as a process or a library) stand on `binary`;
 //! - `scenario` (a real cluster behind proxies, seeded schedules, the crash-point matrix)
 //!   stands on `binary`, `proxy` and `disk_faults`;
 //! - `sim` stands on none of them: the deterministic simulation of the pure engines (the 2PC
@@ -22,6 +23,7 @@
 pub mod binary;
 pub mod disk_faults;
 pub mod lease_nodes;
+pub mod pg_outbox;
 pub mod pg_rig;
 pub mod proxy;
 pub mod scenario;

@@ -1,177 +1,24 @@
-//! The PostgreSQL participant's outbox against a real PostgreSQL (docs/postgres.md, "The
-//! outbox"): the seed's guarded checkout transition records its state and its next intent in
-//! one local transaction or neither; op ids and event ids are idempotency keys; the listing is
-//! in write order with ages; relays' reports are claims (order, idempotent repeats); operators'
-//! actions are audited in the row; settled intents go after the retention, open ones never;
-//! seq follows commit order under concurrent writers; and a participant killed after the local
-//! commit, before its answer, answers the retried op id the same, with one intent.
+//! The PostgreSQL participant's outbox over HTTP against a real PostgreSQL (docs/postgres.md,
+//! "The outbox"): the seed's guarded checkout transition records its state and its next intent
+//! in one local transaction or neither; op ids and event ids are idempotency keys; the listing
+//! is in write order with ages; relays' reports are claims (order, idempotent repeats);
+//! operators' actions are audited in the row. `postgres_outbox_recovery.rs` has the crash,
+//! concurrency and retention tests; `postgres_fence.rs` the fences.
 //!
-//! HTTP tests start the real `twopc` binary (the failpoints build, for the crash test), with
-//! tokens on; the retention and order tests drive the backend as a library. Ignored by
+//! The tests start the real `twopc` binary (the failpoints build), with tokens on. Ignored by
 //! `cargo test --workspace` (they need PostgreSQL); `.ci/run` runs them with `-- --ignored`.
 
-use std::time::Duration;
-
-use chaos_tests::binary::failpoints_binary;
-use chaos_tests::pg_rig::{failpoint, metric};
-use cluster::node::Node;
-use cluster::pg_cluster::{READY_TIMEOUT, pg_participant_with};
-use cluster::postgres::{PgServer, psql_url};
-use participant::outbox::StateFilter;
-use participant::postgres::{Action, PgConfig, PgParticipant, Statements};
-use protocol::auth::Token;
-use protocol::outbox::{IntentState, PgWriteRequest};
+use chaos_tests::pg_outbox::{
+    As, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, PgNode, authorize, checkout, ids, intent, outbox_rows,
+    query, start_pg_node,
+};
+use chaos_tests::pg_rig::metric;
 use serde_json::{Value, json};
 
-/// The seed's checkout transition, guarded: the outbox row is written only when one row came
-/// back. `touch` moves a checkout without a state check (for the ordering test).
-const CHECKOUT_STATEMENTS: &str = r#"{
-  "authorize": {"sql": "UPDATE checkouts SET state = $2, version = version + 1 WHERE id = $1 AND state = 'stock_reserved' AND version = $3 RETURNING version", "guards_intent": {"rows": 1}},
-  "touch": {"sql": "UPDATE checkouts SET version = version + 1 WHERE id = $1 RETURNING version", "guards_intent": {"rows": 1}}
-}"#;
-
-fn seed_checkouts(url: &str) {
-    psql_url(
-        url,
-        "CREATE TABLE checkouts (id text PRIMARY KEY, state text NOT NULL, \
-         version bigint NOT NULL); \
-         INSERT INTO checkouts VALUES ('c-1', 'stock_reserved', 3), ('c-2', 'stock_reserved', 1)",
-    )
-    .unwrap_or_else(|e| panic!("cannot seed checkouts at {url}: {e}"));
-}
-
-fn query(url: &str, sql: &str) -> String {
-    psql_url(url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-fn checkout(url: &str, id: &str) -> String {
-    query(
-        url,
-        &format!("SELECT state || ':' || version FROM checkouts WHERE id = '{id}'"),
-    )
-}
-
-fn outbox_rows(url: &str) -> String {
-    query(
-        url,
-        "SELECT coalesce(string_agg(event_id || '#' || seq, ',' ORDER BY position), '') \
-         FROM twopc.pg_outbox",
-    )
-}
-
-fn intent(event_id: &str, aggregate: &str) -> Value {
-    json!({"event_id": event_id, "aggregate": aggregate, "target": "payments",
-           "type": "payment.authorize.v1", "body": {"amount": 5, "event": event_id}})
-}
-
-fn authorize(op_id: &str, checkout: &str, version: i64, next: Vec<Value>) -> Value {
-    json!({"op_id": op_id, "statement": "authorize",
-           "params": [checkout, "payment_pending", version], "next": next})
-}
-
-/// A participant over a fresh database with the checkouts, as a real process.
-struct Outbox {
-    node: Node,
-    db: String,
-    _dir: tempfile::TempDir,
-    _server: PgServer,
-}
-
-fn start(name: &str, env: Vec<(String, String)>) -> Outbox {
-    let server = PgServer::get();
-    let db = server.create_database(name);
-    seed_checkouts(&db);
-    let dir = tempfile::tempdir().unwrap();
-    let statements = dir.path().join("checkout-statements.json");
-    std::fs::write(&statements, CHECKOUT_STATEMENTS).unwrap();
-    let mut node = pg_participant_with(
-        &failpoints_binary(),
-        dir.path(),
-        name,
-        &db,
-        &statements,
-        None,
-        env,
-    );
-    node.wait_ready(READY_TIMEOUT).unwrap();
-    Outbox {
-        node,
-        db,
-        _dir: dir,
-        _server: server,
-    }
-}
-
-/// Who calls: the kinds of token the routes take.
-#[derive(Clone, Copy)]
-enum As {
-    Client,
-    Relay,
-    Operator,
-}
-
-impl Outbox {
-    fn token(&self, who: As) -> Option<&Token> {
-        self.node.tokens().map(|t| match who {
-            As::Client => &t.client,
-            As::Relay => &t.peer,
-            As::Operator => &t.operator,
-        })
-    }
-
-    fn call(&self, who: As, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.node.url());
-        let token = self.token(who);
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                let client = cluster::auth::http_client_as(token)
-                    .timeout(Duration::from_secs(30))
-                    .build()
-                    .unwrap();
-                let request = match method {
-                    "get" => client.get(&url),
-                    _ => client.post(&url).json(&body.unwrap_or(Value::Null)),
-                };
-                match request.send().await {
-                    Ok(response) => {
-                        let status = response.status().as_u16();
-                        (status, response.json().await.unwrap_or(Value::Null))
-                    }
-                    Err(_) => (0, Value::Null),
-                }
-            })
-    }
-
-    fn write(&self, body: Value) -> (u16, Value) {
-        self.call(As::Client, "post", "/v1/pg/write", Some(body))
-    }
-
-    fn report(&self, event_id: &str, what: &str, body: Value) -> (u16, Value) {
-        self.call(
-            As::Relay,
-            "post",
-            &format!("/v1/outbox/{event_id}/{what}"),
-            Some(body),
-        )
-    }
-
-    fn operator(&self, event_id: &str, what: &str, body: Value) -> (u16, Value) {
-        self.call(
-            As::Operator,
-            "post",
-            &format!("/v1/outbox/{event_id}/{what}"),
-            Some(body),
-        )
-    }
-
-    fn list(&self, query: &str) -> Value {
-        let (status, list) = self.call(As::Operator, "get", &format!("/v1/outbox{query}"), None);
-        assert_eq!(status, 200, "{list}");
-        list
-    }
+fn start(name: &str) -> PgNode {
+    start_pg_node(name, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, Vec::new(), |_| {
+        Vec::new()
+    })
 }
 
 /// An entry without its `age_ms` (which moves between two reads).
@@ -183,19 +30,10 @@ fn without_age(entry: &Value) -> Value {
     entry
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list["intents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| format!("{}#{}", e["event_id"].as_str().unwrap(), e["seq"]))
-        .collect()
-}
-
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn a_guarded_write_records_its_state_and_intent_together_or_neither() {
-    let o = start("outbox_write", Vec::new());
+    let o = start("outbox_write");
     let first = authorize("op-1", "c-1", 3, vec![intent("evt-1", "checkout:c-1")]);
     let (status, answer) = o.write(first.clone());
     assert_eq!(status, 200, "{answer}");
@@ -269,11 +107,12 @@ fn a_guarded_write_records_its_state_and_intent_together_or_neither() {
     );
     let (status, fenced) = o.write(
         json!({"op_id": "op-6", "statement": "touch", "params": ["c-2"],
-        "fence": {"resource": "checkout:c-2", "token": 1}}),
+        "fence": {"resource": "checkout c-2", "token": 1}}),
     );
     assert_eq!(
-        status, 400,
-        "the PostgreSQL backend takes no fence claim: {fenced}"
+        (status, fenced["error"].as_str()),
+        (422, Some("invalid_id")),
+        "a fence resource must be an id: {fenced}"
     );
     let (status, url) = o.write(authorize(
         "op-7",
@@ -305,7 +144,7 @@ fn a_guarded_write_records_its_state_and_intent_together_or_neither() {
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn the_outbox_lists_in_order_and_takes_reports_as_claims() {
-    let o = start("outbox_reports", Vec::new());
+    let o = start("outbox_reports");
     let (status, a) = o.write(authorize(
         "op-a",
         "c-1",
@@ -498,178 +337,4 @@ fn the_outbox_lists_in_order_and_takes_reports_as_claims() {
         )
         .contains("refunded by hand")
     );
-}
-
-#[test]
-#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
-fn killed_after_the_local_commit_a_retried_op_id_answers_the_same_with_one_intent() {
-    let mut o = start(
-        "outbox_crash",
-        failpoint("participant::pg_after_outbox_write_committed"),
-    );
-    let request = authorize("op-1", "c-1", 3, vec![intent("evt-1", "checkout:c-1")]);
-    let (status, _) = o.write(request.clone());
-    assert_eq!(status, 0, "the participant answered instead of crashing");
-    assert!(
-        o.node.wait_exit(Duration::from_secs(60)).is_some(),
-        "{}",
-        o.node.log()
-    );
-    // Committed before the crash: the state and its intent, together.
-    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
-    assert_eq!(outbox_rows(&o.db), "evt-1#1");
-    o.node.set_env(Vec::new());
-    o.node.restart();
-    o.node.wait_ready(READY_TIMEOUT).unwrap();
-    let (status, answer) = o.write(request);
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        answer,
-        json!({"op_id": "op-1", "rows": 1, "returned": [{"version": 4}],
-               "intents": [{"event_id": "evt-1", "aggregate": "checkout:c-1", "seq": 1}]})
-    );
-    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
-    assert_eq!(outbox_rows(&o.db), "evt-1#1", "one intent, not two");
-    assert_eq!(ids(&o.list("?state=open")), ["evt-1#1"]);
-}
-
-/// The backend as a library over a fresh database, with `configure` applied.
-async fn library(
-    name: &str,
-    configure: impl FnOnce(&mut PgConfig),
-) -> (PgParticipant<Statements>, String, PgServer) {
-    let server = PgServer::get();
-    let db = server.create_database(name);
-    seed_checkouts(&db);
-    let mut config = PgConfig::new(&db, name);
-    configure(&mut config);
-    let specs = Statements::parse_file(CHECKOUT_STATEMENTS.as_bytes()).unwrap();
-    let (client, connection) = tokio_postgres::connect(&db, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let connection = tokio::spawn(connection);
-    let statements = Statements::check(&client, specs).await.unwrap();
-    drop(client);
-    connection.abort();
-    (
-        PgParticipant::start(config, statements).await.unwrap(),
-        db,
-        server,
-    )
-}
-
-fn touch(op_id: &str, checkout: &str, next: Vec<Value>) -> PgWriteRequest {
-    serde_json::from_value(
-        json!({"op_id": op_id, "statement": "touch", "params": [checkout],
-        "next": next}),
-    )
-    .unwrap()
-}
-
-#[test]
-#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
-fn concurrent_writers_of_one_aggregate_get_seqs_in_commit_order() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let (p, _db, _server) = library("outbox_order", |_| {}).await;
-        let writers: Vec<_> = (0..16)
-            .map(|n| {
-                let p = p.clone();
-                tokio::spawn(async move {
-                    p.write(touch(
-                        &format!("op-{n}"),
-                        "c-1",
-                        vec![intent(&format!("e{n}"), "checkout:c-1")],
-                    ))
-                    .await
-                })
-            })
-            .collect();
-        let mut pairs = Vec::new();
-        for writer in writers {
-            let answer = writer.await.unwrap().unwrap();
-            // The row's new version is its commit order (the row lock serialises the updates).
-            pairs.push((
-                answer.returned[0]["version"].as_i64().unwrap(),
-                answer.intents[0].seq,
-            ));
-        }
-        pairs.sort();
-        let seqs: Vec<u64> = pairs.iter().map(|(_, seq)| *seq).collect();
-        assert_eq!(seqs, (1..=16).collect::<Vec<u64>>(), "{pairs:?}");
-        let listed = p
-            .outbox(StateFilter::Open, Some("checkout:c-1"), 100)
-            .await
-            .unwrap();
-        let listed: Vec<u64> = listed.intents.iter().map(|e| e.seq).collect();
-        assert_eq!(
-            listed,
-            (1..=16).collect::<Vec<u64>>(),
-            "the listing is in write order"
-        );
-    });
-}
-
-#[test]
-#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
-fn settled_intents_go_after_the_retention_and_open_ones_never() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let (p, db, _server) =
-            library("outbox_retention", |config| config.outbox_retention_ms = 1).await;
-        for (n, checkout) in ["c-1", "c-1", "c-2", "c-2"].iter().enumerate() {
-            p.write(touch(
-                &format!("op-{n}"),
-                checkout,
-                vec![intent(&format!("e{n}"), &format!("checkout:{checkout}"))],
-            ))
-            .await
-            .unwrap();
-        }
-        p.outbox_act("e0", Action::Delivered { answer: json!(1) })
-            .await
-            .unwrap();
-        p.outbox_act(
-            "e2",
-            Action::Mark {
-                operator: "ann".into(),
-                reason: "by hand".into(),
-                state: IntentState::Abandoned,
-            },
-        )
-        .await
-        .unwrap();
-        p.outbox_act(
-            "e3",
-            Action::Attempt {
-                error: "no".into(),
-                permanent: true,
-            },
-        )
-        .await
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(p.prune_outbox().await.unwrap(), 2);
-        let left = p.outbox(StateFilter::All, None, 100).await.unwrap();
-        let left: Vec<(&str, IntentState)> = left
-            .intents
-            .iter()
-            .map(|e| (e.event_id.as_str(), e.state))
-            .collect();
-        assert_eq!(
-            left,
-            [("e1", IntentState::Pending), ("e3", IntentState::Failed)]
-        );
-        // The seq counter survives the pruning: the next intent of c-1 is 3, not a reused 1.
-        let next = p
-            .write(touch("op-9", "c-1", vec![intent("e9", "checkout:c-1")]))
-            .await
-            .unwrap();
-        assert_eq!(next.intents[0].seq, 3);
-        assert_eq!(
-            psql_url(&db, "SELECT count(*) FROM twopc.pg_ops").unwrap(),
-            "1",
-            "op ids older than the retention go too"
-        );
-    });
 }

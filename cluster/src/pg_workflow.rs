@@ -91,6 +91,9 @@ pub fn write(
     };
     PgWriteRequest {
         op_id: format!("wf-{id}-v{version}-t{token}"),
+        // The statement fences itself (above); the participant's own fence (`fence`,
+        // docs/postgres.md "Fences") is not used here yet.
+        fence: None,
         statement: "transition".into(),
         params: vec![
             json!(id),

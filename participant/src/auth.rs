@@ -46,7 +46,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// The routes the PostgreSQL participant (`twopc participant --backend postgres`) serves that
 /// the reference participant does not: the local write (it serves the outbox routes of
-/// [`ROUTES`] too).
+/// [`ROUTES`] too, and the fence routes).
 pub const PG_ROUTES: &[(&str, &str)] = &[("post", routes::PG_WRITE)];
 
 /// The class of a participant route; `None` for one this table does not know (checked as a

@@ -17,7 +17,9 @@ use crate::fence::FenceResetRequest;
 use crate::resource::Resource;
 use crate::service::Participant;
 
-fn resource_param(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+pub(crate) fn resource_param(
+    path: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
     let resource = path_param(path)?;
     check_lease_id("fence resource", &resource)
         .map_err(|e| ApiError::new(ErrorCode::InvalidId, e.to_string()))?;

@@ -74,12 +74,15 @@ pub struct WriteRequest {
 /// run with `params` in a local transaction (outside 2PC) together with the intents it leads
 /// to, under an op id. A statement that declares `guards_intent` and affects (or returns)
 /// another number of rows rolls back: nothing written, no intent, 409 `condition_failed`. A
-/// repeat of the op id answers the first answer. Not fenced (the PostgreSQL backend keeps no
-/// fence table).
+/// repeat of the op id answers the first answer. With a `fence`, the write is refused (409
+/// `stale_token`, nothing written) when a higher token was accepted for the fence's resource,
+/// and raises the resource's highest token in the same local transaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PgWriteRequest {
     pub op_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<FenceClaim>,
     pub statement: String,
     #[serde(default)]
     pub params: Vec<serde_json::Value>,

@@ -117,6 +117,28 @@ pub struct Args {
     pub serve: ServeArgs,
 }
 
+impl Args {
+    /// `--fence-key-file` and `--fence-token-jump-max`, for both backends: a key file that does
+    /// not read or check is a configuration error.
+    pub fn fence_policy(&self) -> Result<crate::fence::FencePolicy, String> {
+        let keys = match &self.fence_key_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--fence-key-file {}: {e}", path.display()))?;
+                let keys =
+                    protocol::fence_proof::FenceKeys::parse(&path.display().to_string(), &text)
+                        .map_err(|e| format!("--fence-key-file refused: {e}"))?;
+                Some(keys)
+            }
+        };
+        Ok(crate::fence::FencePolicy {
+            keys,
+            jump_max: self.fence_token_jump_max,
+        })
+    }
+}
+
 /// Bounds on slow and idle clients and on open connections (docs/operations.md, "Slow and
 /// idle clients"), for the kv and postgres backends alike.
 #[derive(Debug, Clone, clap::Args)]

@@ -50,14 +50,7 @@ impl Args {
         config.engine.lock_waiters_max = self.lock_waiters_max;
         config.engine.epoch_jump_max =
             crate::epoch_bound::in_force(self.epoch_jump_max, &config.keys);
-        config.engine.fence = crate::fence::FencePolicy {
-            keys: self
-                .fence_key_file
-                .as_deref()
-                .map(load_fence_keys)
-                .transpose()?,
-            jump_max: self.fence_token_jump_max,
-        };
+        config.engine.fence = self.fence_policy()?;
         config.engine.fence_retention = crate::fence::table::FenceRetention {
             highest_ms: self.fence_retention_ms,
             answers_ms: self.op_answer_retention_ms,
@@ -76,15 +69,6 @@ impl Args {
         config.tick_ms = (self.in_doubt_after_ms / 4).clamp(10, 100);
         Ok(config)
     }
-}
-
-/// Reads a fence key file (`protocol::fence_proof`); a file that does not read or check is a
-/// configuration error.
-fn load_fence_keys(path: &std::path::Path) -> Result<protocol::fence_proof::FenceKeys, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--fence-key-file {}: {e}", path.display()))?;
-    protocol::fence_proof::FenceKeys::parse(&path.display().to_string(), &text)
-        .map_err(|e| format!("--fence-key-file refused: {e}"))
 }
 
 /// Runs the kv participant; returns the process exit code (0 clean shutdown, 1 runtime

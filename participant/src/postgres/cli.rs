@@ -58,6 +58,7 @@ fn config(args: &Args) -> Result<(PgConfig, Vec<u8>), String> {
     config.decision_backoff_max_ms = args.decision_backoff_max_ms;
     config.lock_wait_max_ms = args.lock_wait_max_ms;
     config.outbox_retention_ms = args.outbox_retention_ms;
+    config.fence = args.fence_policy()?;
     config.keys = args.auth.keys(args.listen)?;
     config.loopback_listen = args.listen.ip().is_loopback();
     config.epoch_jump_max = crate::epoch_bound::in_force(args.epoch_jump_max, &config.keys);

@@ -47,6 +47,9 @@ pub struct PgConfig {
     /// How long delivered and abandoned intents stay in the outbox (and op ids their answers)
     /// before they are dropped; pending and failed intents are never dropped.
     pub outbox_retention_ms: u64,
+    /// How fenced local writes' tokens are judged before the highest-token rule (the lease
+    /// service's proof with a fence key, else a bound on jumps), as the KV participant's.
+    pub fence: crate::fence::FencePolicy,
 }
 
 impl PgConfig {
@@ -68,6 +71,7 @@ impl PgConfig {
             loopback_listen: true,
             coordinator_tls: None,
             outbox_retention_ms: crate::outbox::table::OUTBOX_RETENTION_MS_DEFAULT,
+            fence: crate::fence::FencePolicy::default(),
         }
     }
 }

@@ -21,8 +21,8 @@ use net::exposition::Exposition;
 use super::backend::PgParticipant;
 use super::in_doubt::PgPreparedList;
 use super::metrics::{OpenCounts, PgMetrics, outbox_families};
-use super::outbox_http;
 use super::work::PgWork;
+use super::{fence_http, outbox_http};
 use crate::api_error::{ApiError, json_body};
 use crate::batch_http::{answer_decisions, answer_prepares, batch_body, check_items};
 
@@ -50,6 +50,8 @@ impl<W: PgWork> PgParticipant<W> {
             .route(routes::OUTBOX_ATTEMPT, post(outbox_http::attempt::<W>))
             .route(routes::OUTBOX_RETRY, post(outbox_http::retry::<W>))
             .route(routes::OUTBOX_MARK, post(outbox_http::mark::<W>))
+            .route(routes::FENCE, get(fence_http::status::<W>))
+            .route(routes::FENCE_RESET, post(fence_http::reset::<W>))
             .route(routes::HEALTHZ, get(healthz))
             .route(routes::READYZ, get(readyz::<W>))
             .route(routes::METRICS, get(metrics::<W>))

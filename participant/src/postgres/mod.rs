@@ -9,7 +9,10 @@
 //! statement and its next intents in one local transaction, guarded by the statement's row
 //! count), `outbox` (the `twopc.pg_outbox` table's listing, reports, operator actions and
 //! retention), `outbox_http` (their routes, the same as the KV participant's) and `returned`
-//! (a statement's returned rows as JSON). It must never commit or roll back a prepared transaction on its own judgement (only
+//! (a statement's returned rows as JSON); and the fences of those writes (issue 29): `fence`
+//! (the highest token per resource in `twopc.pg_fences`, raised by the write it guards, and
+//! the operator's audited reset) and `fence_http` (`/v1/fences/{resource}`, as the KV
+//! participant's). It must never commit or roll back a prepared transaction on its own judgement (only
 //! on a decision from the coordinator that prepared it), never vote yes before `PREPARE
 //! TRANSACTION` returned, and never run SQL a request handed it.
 
@@ -18,6 +21,8 @@ pub mod cli;
 pub mod config;
 mod decide;
 pub mod error;
+pub mod fence;
+mod fence_http;
 pub mod gid;
 mod http;
 pub mod in_doubt;

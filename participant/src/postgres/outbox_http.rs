@@ -10,6 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use protocol::ErrorCode;
 use protocol::auth::Caller;
 use protocol::ids::check_id;
@@ -33,6 +34,8 @@ impl From<WriteError> for ApiError {
             WriteError::ConditionFailed(_) => ErrorCode::ConditionFailed,
             WriteError::IdConflict(_) => ErrorCode::IdConflict,
             WriteError::OpIdConflict(_) => ErrorCode::OpIdConflict,
+            WriteError::Stale(_) => ErrorCode::StaleToken,
+            WriteError::Fence(refusal) => super::fence_http::refusal_code(refusal),
             WriteError::Database(_) => ErrorCode::NotReady,
         };
         ApiError::new(code, error.to_string())
@@ -59,13 +62,19 @@ fn event_id_param(path: Result<Path<String>, PathRejection>) -> Result<String, A
     Ok(event_id)
 }
 
+/// A stale token is answered as the KV participant's: 409 `stale_token` with the highest
+/// token accepted (`protocol::lease::StaleTokenBody`).
 pub(crate) async fn write<W: PgWork>(
     State(participant): State<PgParticipant<W>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<axum::Json<PgWriteResponse>, ApiError> {
-    let request: PgWriteRequest = json_body(&headers, body)?;
-    Ok(axum::Json(participant.write(request).await?))
+) -> Result<axum::Json<PgWriteResponse>, Response> {
+    let request: PgWriteRequest = json_body(&headers, body).map_err(|e| e.into_response())?;
+    match participant.write(request).await {
+        Ok(response) => Ok(axum::Json(response)),
+        Err(WriteError::Stale(stale)) => Err(stale.into_response()),
+        Err(error) => Err(ApiError::from(error).into_response()),
+    }
 }
 
 /// The query is parsed as the KV participant's (`crate::outbox_http`), so both answer one

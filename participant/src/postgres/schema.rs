@@ -19,7 +19,13 @@
 //!   A write bumps it in its own transaction, so the row lock serialises the writers of one
 //!   aggregate and seq follows their commit order; it is never pruned, so a seq is never reused.
 //! - `twopc.pg_ops(participant, op_id, request, answer)`: a local write's first answer, which a
-//!   repeat of its op id gets.
+//!   repeat of its op id gets (a stale-token refusal too: it is kept, so a repeat is refused
+//!   again even after an operator lowered the highest token).
+//!
+//! And the fences (`super::fence`):
+//! - `twopc.pg_fences(participant, resource, highest, updated_at)`: the highest token accepted
+//!   per fenced resource, raised by the write it guards, in its transaction; never pruned.
+//! - `twopc.pg_fence_resets(...)`: operators' resets, who, why, from, to and when.
 
 use tokio_postgres::Client;
 
@@ -79,7 +85,23 @@ CREATE TABLE IF NOT EXISTS twopc.pg_ops (
     request text NOT NULL,
     answer text,
     recorded_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (participant, op_id));";
+    PRIMARY KEY (participant, op_id));
+CREATE TABLE IF NOT EXISTS twopc.pg_fences (
+    participant text NOT NULL,
+    resource text NOT NULL,
+    highest numeric(20, 0) NOT NULL CHECK (highest >= 0),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (participant, resource));
+CREATE INDEX IF NOT EXISTS pg_fences_highest ON twopc.pg_fences (participant, highest);
+CREATE TABLE IF NOT EXISTS twopc.pg_fence_resets (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    participant text NOT NULL,
+    resource text NOT NULL,
+    from_token numeric(20, 0) NOT NULL,
+    to_token numeric(20, 0) NOT NULL,
+    operator text NOT NULL,
+    reason text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now());";
 
 /// Refuses a server with PREPARE TRANSACTION disabled, then creates the tables.
 pub async fn check_and_create(client: &Client) -> Result<i64, PgError> {

@@ -4,11 +4,14 @@
 //! In order, on one session: `BEGIN` (with `synchronous_commit = on`, so `COMMIT` returns only
 //! once the WAL is flushed: durable before answered); the op id's row in `twopc.pg_ops` (a
 //! repeat finds it and answers the first answer; a concurrent repeat waits for the first to
-//! end); the statement; its row count against the declared `guards_intent` (another count rolls
+//! end); with a `fence`, the resource's highest token raised (`super::fence`: a token the
+//! policy refuses rolls back; a stale one commits only its refusal, kept with the op id); the
+//! statement; its row count against the declared `guards_intent` (another count rolls
 //! back: no write, no intent, `condition_failed`); per intent, its aggregate's counter bumped
 //! (which locks that aggregate until commit, so seq follows commit order) and its outbox row;
 //! the answer stored with the op id; `COMMIT`. It must never record an intent whose guarding
-//! statement did not have its count, and never answer before the `COMMIT` returned.
+//! statement did not have its count, never run a statement under a token below its resource's
+//! highest, and never answer before the `COMMIT` returned.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -17,14 +20,17 @@ use protocol::ids::check_id;
 use protocol::outbox::{
     INTENTS_PER_WRITE_MAX, IntentRef, OUTBOX_ID_LEN_MAX, PgWriteRequest, PgWriteResponse,
 };
+use serde::{Deserialize, Serialize};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::backend::PgParticipant;
 use super::error::describe;
+use super::fence::{Raised, judge, raise};
 use super::pool::{Session, Side};
 use super::work::{PgWork, RunError};
 use crate::crash::crash_point;
+use crate::fence::{FenceRefusal, StaleToken};
 
 /// Crash point: the local write's transaction committed, the answer not yet sent.
 pub const AFTER_OUTBOX_WRITE_COMMITTED: &str = "participant::pg_after_outbox_write_committed";
@@ -47,6 +53,14 @@ pub enum WriteError {
     /// 409 `op_id_conflict`: the op id was used for another request.
     #[error("{0}")]
     OpIdConflict(String),
+    /// 409 `stale_token` with the highest token: a higher token was accepted for the fence's
+    /// resource. Kept with the op id: a repeat is refused again.
+    #[error(transparent)]
+    Stale(StaleToken),
+    /// 409 `invalid_fence_proof` or `token_too_high`: a token the participant cannot trust
+    /// (nothing kept, the op id stays free).
+    #[error(transparent)]
+    Fence(FenceRefusal),
     /// 503 `not_ready`: PostgreSQL unreachable, a lock wait or a serialization failure; the
     /// client repeats the op id.
     #[error("PostgreSQL: {0}")]
@@ -79,6 +93,9 @@ impl WriteError {
 fn check(request: &PgWriteRequest) -> Result<(), WriteError> {
     check_id("op_id", &request.op_id, OUTBOX_ID_LEN_MAX)
         .map_err(|e| WriteError::InvalidId(e.to_string()))?;
+    if let Some(fence) = &request.fence {
+        crate::fence::check_claim_ids(fence).map_err(|e| WriteError::InvalidId(e.to_string()))?;
+    }
     if request.next.len() > INTENTS_PER_WRITE_MAX {
         return Err(WriteError::Invalid(format!(
             "{} intents; a write carries at most {INTENTS_PER_WRITE_MAX}",
@@ -123,6 +140,15 @@ const INSERT_INTENT_SQL: &str = "INSERT INTO twopc.pg_outbox \
 const STORE_ANSWER_SQL: &str =
     "UPDATE twopc.pg_ops SET answer = $3 WHERE participant = $1 AND op_id = $2";
 
+/// What `twopc.pg_ops.answer` holds: the answer, or the stale-token refusal (answers stored
+/// before fences are plain answers, which this reads unchanged).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Stale { stale: StaleToken },
+    Applied(PgWriteResponse),
+}
+
 impl<W: PgWork> PgParticipant<W> {
     /// A local write: the statement and its intents committed together, or nothing.
     pub async fn write(&self, request: PgWriteRequest) -> Result<PgWriteResponse, WriteError> {
@@ -148,10 +174,19 @@ impl<W: PgWork> PgParticipant<W> {
             (&op_id, Type::TEXT),
             (&text_param, Type::TEXT),
         ];
-        let (began, claimed) = tokio::join!(
+        // The fence statement goes out behind the claim in the same round trip: if the claim
+        // finds a repeat, or the policy refuses the token, the rollback undoes it.
+        let raising = async {
+            match &request.fence {
+                Some(fence) => Some(raise(client, name, fence).await),
+                None => None,
+            }
+        };
+        let (began, claimed, raised) = tokio::join!(
             biased;
             client.batch_execute(&begin),
             client.query_typed(CLAIM_OP_SQL, &claim),
+            raising,
         );
         if let Err(error) = began {
             session.discard();
@@ -167,6 +202,26 @@ impl<W: PgWork> PgParticipant<W> {
         if !claimed {
             rollback(session).await;
             return self.first_answer(&request.op_id, &text).await;
+        }
+        if let (Some(fence), Some(raised)) = (&request.fence, raised) {
+            let judged = match raised {
+                Ok(raised) => judge(client, name, &self.inner.config.fence, fence, raised).await,
+                Err(error) => Err(error),
+            };
+            match judged {
+                Ok(Ok(Raised::Raised)) => {}
+                Ok(Ok(Raised::Stale(stale))) => {
+                    return self.refuse_stale(session, &request.op_id, stale).await;
+                }
+                Ok(Err(refusal)) => {
+                    rollback(session).await;
+                    return Err(WriteError::Fence(refusal));
+                }
+                Err(error) => {
+                    rollback(session).await;
+                    return Err(WriteError::Database(error.0));
+                }
+            }
         }
         let ran = match self
             .inner
@@ -214,7 +269,7 @@ impl<W: PgWork> PgParticipant<W> {
             returned: ran.returned,
             intents,
         };
-        let answer = serde_json::to_string(&response)
+        let answer = serde_json::to_string(&Stored::Applied(response.clone()))
             .map_err(|e| WriteError::Invalid(format!("the answer does not encode: {e}")))?;
         let answer_param = answer.as_str();
         let store: [(&(dyn ToSql + Sync), Type); 3] = [
@@ -244,6 +299,49 @@ impl<W: PgWork> PgParticipant<W> {
             .fetch_add(response.intents.len() as u64, Ordering::Relaxed);
         tracing::debug!(op_id = %response.op_id, intents = response.intents.len(), "local write");
         Ok(response)
+    }
+
+    /// A stale token: nothing ran but the op id's claim, which now keeps the refusal, so a
+    /// repeat is refused again whatever the highest token becomes. Committed before answered.
+    async fn refuse_stale(
+        &self,
+        mut session: Session<'_>,
+        op_id: &str,
+        stale: StaleToken,
+    ) -> Result<PgWriteResponse, WriteError> {
+        let answer = match serde_json::to_string(&Stored::Stale {
+            stale: stale.clone(),
+        }) {
+            Ok(answer) => answer,
+            Err(e) => {
+                rollback(session).await;
+                return Err(WriteError::Invalid(format!(
+                    "the refusal does not encode: {e}"
+                )));
+            }
+        };
+        let name = self.inner.config.name.as_str();
+        let answer_param = answer.as_str();
+        let store: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&name, Type::TEXT),
+            (&op_id, Type::TEXT),
+            (&answer_param, Type::TEXT),
+        ];
+        let client = session.client();
+        if let Err(error) = client.execute_typed(STORE_ANSWER_SQL, &store).await {
+            rollback(session).await;
+            return Err(WriteError::db("keeping the refusal", &error));
+        }
+        if let Err(error) = client.batch_execute("COMMIT").await {
+            session.discard();
+            return Err(WriteError::db(
+                "committing the refusal (repeat the op id)",
+                &error,
+            ));
+        }
+        session.idle();
+        tracing::debug!(op_id, %stale, "stale token");
+        Err(WriteError::Stale(stale))
     }
 
     /// One intent's seq and row; `IdConflict` when its event id is taken.
@@ -328,7 +426,40 @@ impl<W: PgWork> PgParticipant<W> {
         }
         let answer = answer
             .ok_or_else(|| WriteError::Database(format!("op id {op_id:?} has no answer stored")))?;
-        serde_json::from_str(&answer)
-            .map_err(|e| WriteError::Database(format!("op id {op_id:?}'s stored answer: {e}")))
+        match serde_json::from_str(&answer) {
+            Ok(Stored::Applied(response)) => Ok(response),
+            Ok(Stored::Stale { stale }) => Err(WriteError::Stale(stale)),
+            Err(e) => Err(WriteError::Database(format!(
+                "op id {op_id:?}'s stored answer: {e}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_answers_from_before_fences_read_as_answers_and_refusals_as_refusals() {
+        let old = r#"{"op_id":"w","rows":1,"returned":[{"version":4}],"intents":[]}"#;
+        assert!(matches!(
+            serde_json::from_str::<Stored>(old),
+            Ok(Stored::Applied(PgWriteResponse { rows: 1, .. }))
+        ));
+        let stale = StaleToken {
+            resource: "r".into(),
+            token: 5,
+            highest: 7,
+        };
+        let text = serde_json::to_string(&Stored::Stale {
+            stale: stale.clone(),
+        })
+        .unwrap();
+        assert!(text.starts_with(r#"{"stale":"#), "{text}");
+        assert!(matches!(
+            serde_json::from_str::<Stored>(&text),
+            Ok(Stored::Stale { stale: read }) if read == stale
+        ));
     }
 }
