@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 pub enum Outcome {
     Moved,
     /// A newer token holds the resource (`highest`, when known), and how the participant
-    /// said so (`stale_token`; in PostgreSQL the statement's fence: `condition_failed`).
+    /// said so (`stale_token`).
     Stale(Value, &'static str),
     /// The checkout moved on (or its intent is already recorded): nothing changed.
     Conflict(Value),
@@ -192,7 +192,7 @@ impl Store {
                 call(client.post(url).json(&request), "write").await?
             }
             Store::Pg(base) => {
-                let request = pg_workflow::write(id, checkout, version, transition, fence.token);
+                let request = pg_workflow::write(id, checkout, version, transition, fence.clone());
                 let url = format!("{base}{}", protocol::routes::PG_WRITE);
                 call(client.post(url).json(&request), "write").await?
             }
@@ -201,19 +201,6 @@ impl Store {
         Ok(match (status, error) {
             (200, _) => Outcome::Moved,
             (409, "stale_token") => Outcome::Stale(answer["highest"].clone(), "stale_token"),
-            (409, "condition_failed") if matches!(self, Store::Pg(_)) => {
-                // The statement's fence and version guard answer alike: the fence's token
-                // tells which one refused.
-                let rows = self
-                    .select(client, "fence", vec![json!(fence.resource)])
-                    .await?;
-                match rows.first().and_then(|r| r["token"].as_u64()) {
-                    Some(highest) if highest > fence.token => {
-                        Outcome::Stale(json!(highest), "condition_failed (the statement's fence)")
-                    }
-                    _ => Outcome::Conflict(answer),
-                }
-            }
             (409, "condition_failed" | "id_conflict") => Outcome::Conflict(answer),
             _ => Outcome::Failed(status, answer),
         })

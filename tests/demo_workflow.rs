@@ -77,7 +77,7 @@ fn demo_workflow_on_postgres_settles_every_checkout_and_exits_zero() {
         "the shop is a PostgreSQL participant",
         "12 of 12 terminal {\"cancelled\": 4, \"confirmed\": 8}",
         "12 delivered, 0 open",
-        "refused: condition_failed (the statement's fence) (highest 2)",
+        "refused: stale_token (highest 2)",
         "1796 + 204 = 2000",
         "sku-1: 50 = Some(46) left + 4 held",
     ] {

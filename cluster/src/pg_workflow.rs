@@ -4,11 +4,10 @@
 //!
 //! The transition statement is the seed's version-conditional `UPDATE ... RETURNING version`,
 //! declared `guards_intent {rows: 1}`: when it returns no row the participant rolls the write
-//! back and records no intent. The PostgreSQL participant keeps no fence table, so the statement
-//! carries the fence itself: it raises `worker_fence`'s token only from below or equal, and the
-//! `UPDATE` moves the checkout only if that happened. A stale worker's transition is thus
-//! refused (409 `condition_failed`) and changes nothing; the worker tells stale from moved-on by
-//! reading the fence's token. Pure: strings and requests, no I/O.
+//! back and records no intent. The write carries the worker's fence claim, which the PostgreSQL
+//! participant judges in the same local transaction (docs/postgres.md, "Fences"): a stale
+//! worker's transition is refused 409 `stale_token` and changes nothing, as at the KV
+//! participant. Pure: strings and requests, no I/O.
 
 use protocol::outbox::{Intent, PgWriteRequest};
 use serde_json::{Value, json};
@@ -19,16 +18,14 @@ use crate::workflow::{self, Checkout, Step, Transition};
 pub const SCHEMA_SQL: &str = "CREATE TABLE checkouts (id text PRIMARY KEY, ord int NOT NULL, \
     state text NOT NULL, sku text NOT NULL, amount bigint NOT NULL, customer text NOT NULL, \
     history jsonb NOT NULL DEFAULT '[]', version bigint NOT NULL DEFAULT 1); \
-    CREATE TABLE stock (sku text PRIMARY KEY, n bigint NOT NULL CHECK (n >= 0)); \
-    CREATE TABLE worker_fence (resource text PRIMARY KEY, token bigint NOT NULL)";
+    CREATE TABLE stock (sku text PRIMARY KEY, n bigint NOT NULL CHECK (n >= 0))";
 
 /// The statements file.
 pub const STATEMENTS: &str = r#"{
-  "transition": {"sql": "WITH fence AS (INSERT INTO worker_fence AS f (resource, token) VALUES ('checkout-workers', $5) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token RETURNING token), moved AS (UPDATE checkouts SET state = $3, version = version + 1, history = history || $6::text::jsonb WHERE id = $1 AND state = $2 AND version = $4 AND EXISTS (SELECT 1 FROM fence) RETURNING version, sku), taken AS (UPDATE stock SET n = stock.n + $7 FROM moved WHERE stock.sku = moved.sku AND $7 <> 0 RETURNING stock.n) SELECT moved.version FROM moved",
+  "transition": {"sql": "WITH moved AS (UPDATE checkouts SET state = $3, version = version + 1, history = history || $5::text::jsonb WHERE id = $1 AND state = $2 AND version = $4 RETURNING version, sku), taken AS (UPDATE stock SET n = stock.n + $6 FROM moved WHERE stock.sku = moved.sku AND $6 <> 0 RETURNING stock.n) SELECT moved.version FROM moved",
                  "guards_intent": {"rows": 1}},
   "checkouts": {"sql": "SELECT id, state, sku, amount, customer, history::text AS history, version FROM checkouts ORDER BY ord"},
-  "stock": {"sql": "SELECT sku, n FROM stock ORDER BY sku"},
-  "fence": {"sql": "SELECT token FROM worker_fence WHERE resource = $1"}
+  "stock": {"sql": "SELECT sku, n FROM stock ORDER BY sku"}
 }"#;
 
 /// The seed: stock per sku and each checkout `created`.
@@ -63,14 +60,15 @@ pub fn checkout_of(row: &Value) -> Option<(String, Checkout, u64)> {
     ))
 }
 
-/// The one local write of `transition`, under the worker's `token`.
+/// The one local write of `transition`, under the worker's `fence`.
 pub fn write(
     id: &str,
     checkout: &Checkout,
     version: u64,
     transition: &Transition,
-    token: u64,
+    fence: protocol::lease::FenceClaim,
 ) -> PgWriteRequest {
+    let token = fence.token;
     let step = Step {
         from: transition.from,
         to: transition.to,
@@ -78,29 +76,19 @@ pub fn write(
         evidence: transition.evidence.clone(),
     };
     let next: Vec<Intent> = if transition.emits_payment {
-        workflow::write(
-            id,
-            checkout,
-            version,
-            transition,
-            protocol::lease::FenceClaim::unproven(workflow::LEASE, token),
-        )
-        .next
+        workflow::write(id, checkout, version, transition, fence.clone()).next
     } else {
         Vec::new()
     };
     PgWriteRequest {
         op_id: format!("wf-{id}-v{version}-t{token}"),
-        // The statement fences itself (above); the participant's own fence (`fence`,
-        // docs/postgres.md "Fences") is not used here yet.
-        fence: None,
+        fence: Some(fence),
         statement: "transition".into(),
         params: vec![
             json!(id),
             json!(transition.from.name()),
             json!(transition.to.name()),
             json!(version),
-            json!(token),
             json!(serde_json::to_string(&[step]).unwrap_or_default()),
             json!(transition.stock_delta.unwrap_or(0)),
         ],
@@ -119,16 +107,17 @@ mod tests {
         let Plan::Move(t) = plan(State::Created, &Evidence::Missing) else {
             panic!()
         };
-        let w = write("c-2", &c, 1, &t, 7);
+        let fence = protocol::lease::FenceClaim::unproven(workflow::LEASE, 7);
+        let w = write("c-2", &c, 1, &t, fence.clone());
         assert_eq!(w.statement, "transition");
+        assert_eq!(w.fence, Some(fence));
         assert_eq!(w.params[1], "created");
         assert_eq!(w.params[2], "stock_reserved");
         assert_eq!(w.params[3], 1);
-        assert_eq!(w.params[4], 7);
-        assert_eq!(w.params[6], -1);
+        assert_eq!(w.params[5], -1);
         assert_eq!(w.next.len(), 1);
         assert_eq!(w.next[0].event_id, "pay-c-2");
-        let steps: Vec<Step> = serde_json::from_str(w.params[5].as_str().unwrap()).unwrap();
+        let steps: Vec<Step> = serde_json::from_str(w.params[4].as_str().unwrap()).unwrap();
         assert_eq!(steps[0].token, 7);
         let statements: Value = serde_json::from_str(STATEMENTS).unwrap();
         assert_eq!(statements["transition"]["guards_intent"]["rows"], 1);

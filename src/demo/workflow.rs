@@ -92,8 +92,7 @@ pub async fn run(data_dir: &std::path::Path, checkouts: u64, backend: &str) -> R
     if backend == "postgres" {
         let (pg, flags) = super::workflow_pg::prepare(&dir, &setup)?;
         server = Some(pg);
-        // The PostgreSQL participant keeps no fence table (its statement fences): no key.
-        spec.participant_flags = Vec::new();
+        // The PostgreSQL participant checks the lease service's proofs with the same key.
         spec.postgres_args = vec![("shop".to_string(), flags)];
     }
     let mut cluster = tokio::task::block_in_place(|| LocalCluster::start(&spec))?;
