@@ -1109,3 +1109,47 @@ fn pg_participant_after_commit_prepared() {
     assert_eq!(rig.balances(), (90, 110));
     rig.conserved();
 }
+
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn pg_participant_after_outbox_write_committed() {
+    use chaos_tests::pg_outbox::{
+        CHECKOUT_STATEMENTS, CHECKOUTS_SQL, authorize, checkout, ids, intent, outbox_rows,
+        start_pg_node,
+    };
+    // A local write (its statement and its intent) committed, the participant killed before
+    // its answer: the retried op id answers the same, with one intent (docs/postgres.md).
+    let mut o = start_pg_node(
+        "outbox_crash",
+        CHECKOUT_STATEMENTS,
+        CHECKOUTS_SQL,
+        pg::failpoint("participant::pg_after_outbox_write_committed"),
+        |_| Vec::new(),
+    );
+    let request = authorize("op-1", "c-1", 3, vec![intent("evt-1", "checkout:c-1")]);
+    let (status, _) = o.write(request.clone());
+    assert_eq!(status, 0, "the participant answered instead of crashing");
+    assert!(
+        o.node
+            .wait_exit(std::time::Duration::from_secs(60))
+            .is_some(),
+        "{}",
+        o.node.log()
+    );
+    // Committed before the crash: the state and its intent, together.
+    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
+    assert_eq!(outbox_rows(&o.db), "evt-1#1");
+    o.node.set_env(Vec::new());
+    o.node.restart();
+    o.node.wait_ready(READY_TIMEOUT).unwrap();
+    let (status, answer) = o.write(request);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        serde_json::json!({"op_id": "op-1", "rows": 1, "returned": [{"version": 4}],
+               "intents": [{"event_id": "evt-1", "aggregate": "checkout:c-1", "seq": 1}]})
+    );
+    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
+    assert_eq!(outbox_rows(&o.db), "evt-1#1", "one intent, not two");
+    assert_eq!(ids(&o.list("?state=open")), ["evt-1#1"]);
+}

@@ -1,21 +1,15 @@
-//! The PostgreSQL participant's outbox under crashes, concurrency and time, against a real
-//! PostgreSQL (docs/postgres.md, "The outbox"): a participant killed after the local commit,
-//! before its answer, answers the retried op id the same, with one intent; seq follows commit
-//! order under concurrent writers of one aggregate; settled intents go after the retention,
-//! open ones never. `postgres_outbox.rs` has the write and the routes over HTTP.
+//! The PostgreSQL participant's outbox under concurrency and time, against a real PostgreSQL
+//! (docs/postgres.md, "The outbox"): seq follows commit order under concurrent writers of one
+//! aggregate; settled intents go after the retention, open ones never. `postgres_outbox.rs` has
+//! the write and the routes over HTTP; the crash after the local commit is
+//! `crash_matrix::pg_participant_after_outbox_write_committed`.
 //!
-//! The crash test starts the real `twopc` binary (the failpoints build); the others drive the
-//! backend as a library. Ignored by `cargo test --workspace` (they need PostgreSQL); `.ci/run`
-//! runs them with `-- --ignored`.
+//! These drive the backend as a library. Ignored by `cargo test --workspace` (they need
+//! PostgreSQL); `.ci/run` runs them with `-- --ignored`.
 
 use std::time::Duration;
 
-use chaos_tests::pg_outbox::{
-    CHECKOUT_STATEMENTS, CHECKOUTS_SQL, authorize, checkout, ids, intent, outbox_rows, pg_library,
-    start_pg_node,
-};
-use chaos_tests::pg_rig::failpoint;
-use cluster::pg_cluster::READY_TIMEOUT;
+use chaos_tests::pg_outbox::{CHECKOUT_STATEMENTS, CHECKOUTS_SQL, intent, pg_library};
 use cluster::postgres::{PgServer, psql_url};
 use participant::outbox::StateFilter;
 use participant::postgres::{Action, PgConfig, PgParticipant, Statements};
@@ -28,42 +22,6 @@ async fn library(
     configure: impl FnOnce(&mut PgConfig),
 ) -> (PgParticipant<Statements>, String, PgServer) {
     pg_library(name, CHECKOUT_STATEMENTS, CHECKOUTS_SQL, configure).await
-}
-
-#[test]
-#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
-fn killed_after_the_local_commit_a_retried_op_id_answers_the_same_with_one_intent() {
-    let mut o = start_pg_node(
-        "outbox_crash",
-        CHECKOUT_STATEMENTS,
-        CHECKOUTS_SQL,
-        failpoint("participant::pg_after_outbox_write_committed"),
-        |_| Vec::new(),
-    );
-    let request = authorize("op-1", "c-1", 3, vec![intent("evt-1", "checkout:c-1")]);
-    let (status, _) = o.write(request.clone());
-    assert_eq!(status, 0, "the participant answered instead of crashing");
-    assert!(
-        o.node.wait_exit(Duration::from_secs(60)).is_some(),
-        "{}",
-        o.node.log()
-    );
-    // Committed before the crash: the state and its intent, together.
-    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
-    assert_eq!(outbox_rows(&o.db), "evt-1#1");
-    o.node.set_env(Vec::new());
-    o.node.restart();
-    o.node.wait_ready(READY_TIMEOUT).unwrap();
-    let (status, answer) = o.write(request);
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        answer,
-        json!({"op_id": "op-1", "rows": 1, "returned": [{"version": 4}],
-               "intents": [{"event_id": "evt-1", "aggregate": "checkout:c-1", "seq": 1}]})
-    );
-    assert_eq!(checkout(&o.db, "c-1"), "payment_pending:4");
-    assert_eq!(outbox_rows(&o.db), "evt-1#1", "one intent, not two");
-    assert_eq!(ids(&o.list("?state=open")), ["evt-1#1"]);
 }
 
 fn touch(op_id: &str, checkout: &str, next: Vec<Value>) -> PgWriteRequest {
