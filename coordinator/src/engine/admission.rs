@@ -137,12 +137,14 @@ impl Engine {
         }))];
         let named: Vec<ParticipantName> =
             participants.iter().map(|(name, _)| name.clone()).collect();
-        for (name, payload) in &participants {
+        let parts = named.iter().cloned().map(Part::new).collect();
+        // The payloads move into their prepares: nothing else here needs them.
+        for (name, payload) in participants {
             commands.push(Command::SendPrepare {
                 txid: txid.clone(),
                 attempt: attempt.clone(),
-                participant: name.clone(),
-                payload: payload.clone(),
+                participant: name,
+                payload,
                 timeout_ms,
                 started_at_ms: now_ms,
                 named: named.clone(),
@@ -157,10 +159,7 @@ impl Engine {
             attempt,
             digest,
             created_at_ms: now_ms,
-            parts: participants
-                .into_iter()
-                .map(|(name, _)| Part::new(name))
-                .collect(),
+            parts,
             phase: Phase::Preparing,
             waiters: vec![(waiter, wait)],
             client,

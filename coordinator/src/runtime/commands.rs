@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tracing::{error, warn};
+use tracing::warn;
 
-use protocol::Decision;
 use wal::{Durability, RecordType};
 
+use super::Core;
+use super::durable::PendingDecision;
 use super::sends::{DecisionJob, PrepareJob};
-use super::{Core, now_ms};
 use crate::engine::{Command, Engine, Event};
 use crate::records::LogRecord;
 
@@ -98,42 +98,18 @@ impl Core {
             tokio::spawn(Arc::clone(self).raise_when_durable(raised, ticket));
         }
         for (txid, decision, ticket) in decisions {
-            let core = Arc::clone(self);
-            let submitted = Instant::now();
-            tokio::spawn(async move {
-                match ticket.wait().await {
-                    Ok(_) => {
-                        core.metrics.decision_fsync.observe(submitted.elapsed());
-                        crash_point!("coordinator::after_decision_durable");
-                        let counter = match decision {
-                            Decision::Commit => &core.metrics.committed,
-                            Decision::Abort => &core.metrics.aborted,
-                        };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%txid, ?decision, "decision durable");
-                        core.apply(Event::DecisionDurable { txid });
-                    }
-                    Err(wal::WalError::Closed) => {
-                        tracing::info!(
-                            %txid,
-                            "shutting down before the decision was durable; \
-                                   the next start aborts this transaction"
-                        );
-                        core.apply(Event::DecisionFailed {
-                            txid,
-                            error: "the coordinator is shutting down".to_string(),
-                        });
-                    }
-                    Err(e) => {
-                        error!(%txid, error = %e, "LOG FAILED: decision could not be made durable; \
-                                   this coordinator takes no more transactions until restarted");
-                        core.apply(Event::DecisionFailed {
-                            txid,
-                            error: e.to_string(),
-                        });
-                    }
-                }
-            });
+            let pending = PendingDecision {
+                txid,
+                decision,
+                ticket,
+                submitted: Instant::now(),
+            };
+            if let Err(unsent) = self.decisions.send(pending) {
+                // Only once the waiter is gone (the core is being dropped): nobody acts on the
+                // decision in this run; the next start finishes it from the log.
+                let unsent = unsent.0;
+                warn!(txid = %unsent.txid, "the decision waiter is gone; the decision stays in the log");
+            }
         }
     }
 
@@ -171,14 +147,7 @@ impl Core {
                 });
             }
             Command::ArmPrepareDeadline { txid, after_ms } => {
-                let core = Arc::clone(self);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
-                    core.apply(Event::PrepareDeadline {
-                        txid,
-                        now_ms: now_ms(),
-                    });
-                });
+                self.deadlines.arm(txid, after_ms);
             }
             Command::SendDecision {
                 txid,

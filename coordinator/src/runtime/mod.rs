@@ -10,7 +10,8 @@
 //! accessors; `transactions` (a client's submit, status and listing), `decision_query` (what a
 //! participant in doubt is told), `commands` (executing what the engine returns) and `sends`
 //! (prepares and phase-two messages) and `batches` (many in one request) carry the two-phase
-//! commit; `start` (recovery),
+//! commit, with `durable` (one task waiting on the decisions' forced appends) and `deadlines`
+//! (one timer task for every prepare deadline); `start` (recovery),
 //! `housekeeping`, `fencing`, `operator` and `saga_operator` (audited actions), `sagas`,
 //! `leases` and `cluster` stand beside them, all on `participants` (the HTTP calls).
 
@@ -18,7 +19,9 @@ mod archiver;
 mod batches;
 mod cluster;
 mod commands;
+mod deadlines;
 mod decision_query;
+mod durable;
 mod fencing;
 mod housekeeping;
 mod leases;
@@ -102,6 +105,10 @@ pub struct Core {
     pub(crate) group: Option<crate::ha::mirror::GroupMirror>,
     /// Each participant's queue of phase messages waiting to go in one batch (`batches`).
     lanes: batches::Lanes,
+    /// Every armed prepare deadline, kept by one timer task (`deadlines`).
+    deadlines: Arc<deadlines::Deadlines>,
+    /// To the task that waits on decision records' forced appends (`durable`).
+    decisions: tokio::sync::mpsc::UnboundedSender<durable::PendingDecision>,
 }
 
 /// A new transaction, checked by the API.

@@ -233,6 +233,7 @@ pub async fn recover_with(
         .collect::<Result<_, BadBaseUrl>>()
         .map_err(StartError::ParticipantUrl)?;
     let (archive, staged) = tokio::sync::mpsc::unbounded_channel();
+    let (decisions, submitted_decisions) = tokio::sync::mpsc::unbounded_channel();
     let core = Arc::new(Core {
         engine: Mutex::new(replayed.engine),
         waiters: Mutex::new(HashMap::new()),
@@ -253,6 +254,8 @@ pub async fn recover_with(
         leases: Leases::new(lease_engine, lease_clock),
         group: group.map(|g| g.mirror),
         lanes: Default::default(),
+        deadlines: Default::default(),
+        decisions,
     });
     if let Some(mirror) = &core.group {
         mirror.set_outcomes(Arc::clone(&core.outcomes), config.retention_ms);
@@ -261,6 +264,11 @@ pub async fn recover_with(
     // Before `RecoveryDone`, which stages everything replayed for archiving again. It ends
     // when the core is dropped.
     tokio::spawn(archiver(Arc::downgrade(&core), staged));
+    tokio::spawn(super::durable::decision_waiter(
+        Arc::downgrade(&core),
+        submitted_decisions,
+    ));
+    tokio::spawn(super::deadlines::deadline_timer(Arc::downgrade(&core)));
     if let Some(behind) = core.lock_engine().behind() {
         core.behind.store(true, Ordering::Relaxed);
         core.metrics.log_behind.store(1, Ordering::Relaxed);
