@@ -345,6 +345,53 @@ fn get_text(url: &str) -> (u16, String) {
     cluster::node::http_get(addr, path).unwrap_or((0, String::new()))
 }
 
+/// A repeated prepare of a gid prepared here is yes at once, in the same run and after a
+/// restart: the participant looks at `pg_prepared_xacts` only for gids it may hold prepared
+/// (seeded from there at start), and a blind first-prepare insert meeting the prepared
+/// transaction's uncommitted rows would wait for its decision and answer 503 instead.
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn a_repeated_prepare_of_a_prepared_gid_is_yes_in_the_same_run_and_after_a_restart() {
+    let server = PgServer::get();
+    let db = server.create_database("repeat");
+    seed_accounts(&db, 1, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = pg_participant(&plain_binary(), dir.path(), "bank", &db, None, Vec::new());
+    node.wait_ready(READY_TIMEOUT).unwrap();
+    let debit = json!([{"statement": "debit", "params": ["a0", 10]}]);
+    let prepare = |node: &cluster::node::Node| {
+        post(
+            node.tokens(),
+            &format!("{}/2pc/prepare", node.url()),
+            &prepare_body(1, debit.clone()),
+        )
+    };
+    let yes = (200, json!({"vote": "yes"}));
+    assert_eq!(prepare(&node), yes);
+    assert_eq!(prepare(&node), yes, "repeated in the same run");
+    node.restart();
+    node.wait_ready(READY_TIMEOUT).unwrap();
+    assert_eq!(prepare(&node), yes, "repeated after a restart");
+    assert_eq!(prepared_gids(&db), [format!("twopc:bank:{}", gtid(1))]);
+    assert_eq!(balance(&db, "a0"), 100);
+
+    let (status, ack) = post(
+        node.tokens(),
+        &format!("{}/2pc/commit", node.url()),
+        &decision_body(1, 2),
+    );
+    assert_eq!((status, ack), (200, json!({"ack": true})));
+    // Committed: a late repeat is yes again, applies nothing and leaves no intent row.
+    assert_eq!(prepare(&node), yes, "repeated after the commit");
+    assert_eq!(balance(&db, "a0"), 90);
+    assert!(prepared_gids(&db).is_empty());
+    assert_eq!(
+        psql_url(&db, "SELECT count(*) FROM twopc.pg_intents").unwrap(),
+        "0"
+    );
+    node.terminate(Duration::from_secs(10));
+}
+
 /// A prepare cancelled half-way (its HTTP request dropped while its UPDATE waits for a row
 /// lock) must not leave its open transaction on a pooled session: the next prepare on that
 /// session would run inside it and prepare the cancelled work under its own gid.

@@ -302,6 +302,11 @@ impl Engine {
         self.runs.values()
     }
 
+    /// Transactions not yet ended (preparing, or decided and collecting acknowledgements).
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
     pub fn gauges(&self) -> Gauges {
         let mut gauges = Gauges {
             retained: self.retained.len() as u64,

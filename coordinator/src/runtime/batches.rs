@@ -3,10 +3,13 @@
 //! lane is flushed go in one request, and each answer line is fed back as the same event a
 //! message of its own would have produced (`sends::voted`, `sends::delivered`).
 //!
-//! A lane is flushed by a task spawned when its first message arrives; every message queued
-//! before that task runs joins it, and a flush that finds one message sends it alone. A lone transaction therefore waits for nothing but the
-//! spawn that sending alone costs too, and under load a lane's batch is whatever the engine
-//! produced meanwhile (the prepares of one group commit, the decisions of one fsync). There is
+//! While the coordinator holds at most [`ALONE_LIVE_MAX`] live transactions and a lane has
+//! nothing queued, a message goes at once, alone, as it would without batching: there is no
+//! company to wait for, so a lone client pays nothing for batches (issue 28's c1 figures).
+//! Otherwise it queues, and the lane is flushed by a task spawned when its first message
+//! queued; every message queued before that task runs joins it (a flush that finds one message
+//! still sends it alone), so under load a lane's batch is whatever the engine produced
+//! meanwhile (the prepares of one group commit, the decisions of one fsync). There is
 //! no limit on requests in flight, as there is none for messages of their own: an item waiting
 //! for a lock at the participant holds back only itself, its answer line comes when it comes.
 //!
@@ -16,6 +19,7 @@
 //! line is a message that got no answer (a prepare's error vote, a decision retried).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +38,12 @@ const ASK_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
 /// Longest the capabilities question may take; past it, this flush goes message by message.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Up to this many live transactions (one client's, and its previous one still collecting
+/// acknowledgements), a message with an empty lane goes alone at once instead of queueing.
+/// Measured (docs/benchmarks.md): counting a lane's own messages in flight instead sent too
+/// many alone at 64 clients, where batches were done before the next group commit's came.
+pub(super) const ALONE_LIVE_MAX: usize = 2;
 
 /// Every participant's lane.
 #[derive(Debug, Default)]
@@ -76,6 +86,13 @@ impl Lanes {
     }
 }
 
+impl Lane {
+    fn is_empty(&self) -> bool {
+        let queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        !queued.flushing && queued.prepares.is_empty() && queued.decisions.is_empty()
+    }
+}
+
 impl Core {
     /// `Command::SendPrepare`: into the participant's lane, or alone when batching is off.
     pub(super) fn send_prepare(self: &Arc<Self>, job: PrepareJob) {
@@ -84,7 +101,12 @@ impl Core {
             return;
         }
         let participant = job.participant.clone();
-        self.enqueue(&participant, |queued| queued.prepares.push(job));
+        let lane = self.lanes.lane(&participant);
+        if self.goes_alone(&lane) {
+            tokio::spawn(Arc::clone(self).prepare(job));
+            return;
+        }
+        self.enqueue(&participant, lane, |queued| queued.prepares.push(job));
     }
 
     /// `Command::SendDecision` (tracked): as `send_prepare`.
@@ -94,11 +116,25 @@ impl Core {
             return;
         }
         let participant = job.participant.clone();
-        self.enqueue(&participant, |queued| queued.decisions.push(job));
+        let lane = self.lanes.lane(&participant);
+        if self.goes_alone(&lane) {
+            tokio::spawn(Arc::clone(self).deliver(job));
+            return;
+        }
+        self.enqueue(&participant, lane, |queued| queued.decisions.push(job));
     }
 
-    fn enqueue(self: &Arc<Self>, participant: &ParticipantName, push: impl FnOnce(&mut Queued)) {
-        let lane = self.lanes.lane(participant);
+    /// No company to wait for: few live transactions and nothing queued on the lane.
+    fn goes_alone(&self, lane: &Lane) -> bool {
+        self.live_transactions.load(Ordering::Relaxed) <= ALONE_LIVE_MAX && lane.is_empty()
+    }
+
+    fn enqueue(
+        self: &Arc<Self>,
+        participant: &ParticipantName,
+        lane: Arc<Lane>,
+        push: impl FnOnce(&mut Queued),
+    ) {
         let start = {
             let mut queued = lane.queued.lock().unwrap_or_else(|p| p.into_inner());
             push(&mut queued);

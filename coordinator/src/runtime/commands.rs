@@ -30,6 +30,8 @@ impl Core {
         let commands = {
             let mut engine = self.lock_engine();
             let commands = step(&mut engine);
+            self.live_transactions
+                .store(engine.live_count(), Ordering::Relaxed);
             // Submitted under the lock: the log's order is the engine's order.
             for command in &commands {
                 match command {

@@ -87,6 +87,9 @@ pub struct Core {
     /// clear lifts it: new work is refused; decisions already in the log are still delivered
     /// and answered.
     behind: AtomicBool,
+    /// Mirrors the engine's count of live transactions after every step, so a phase message
+    /// can tell without the engine lock whether it has company to be batched with (`batches`).
+    live_transactions: std::sync::atomic::AtomicUsize,
     /// Ended outcomes for the whole retention window (the engine stages only the archiver's
     /// lag).
     pub(crate) outcomes: Arc<OutcomeStore>,

@@ -246,6 +246,7 @@ pub async fn recover_with(
         metrics,
         recovering: AtomicBool::new(true),
         behind: AtomicBool::new(false),
+        live_transactions: std::sync::atomic::AtomicUsize::new(0),
         outcomes: Arc::new(outcomes),
         archive,
         archive_generation: AtomicU64::new(0),

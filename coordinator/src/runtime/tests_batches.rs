@@ -354,3 +354,32 @@ async fn a_participant_whose_batch_route_is_gone_is_sent_messages_alone() {
     );
     assert!(seen.alone >= 8, "4 prepares and 4 commits alone: {seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_at_a_time_sends_every_message_alone() {
+    let (core, seen) = core_with(Manner::Honest).await;
+    for round in 0..5u32 {
+        let reply = core
+            .submit(NewTransaction {
+                txid: TxId::new(format!("lone{round}")).unwrap(),
+                digest: Digest(u128::from(round)),
+                participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
+                timeout_ms: 5_000,
+                wait: WaitFor::Decision,
+                client: None,
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(&reply, Reply::Outcome(r) if r.outcome == Outcome::Committed),
+            "{reply:?}"
+        );
+        settled(&seen, round as usize + 1).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.prepare_batches.is_empty() && seen.decision_batches.is_empty(),
+        "a lone transaction waits for no company and is never batched: {seen:?}"
+    );
+    assert_eq!(seen.alone_prepares, 5, "{seen:?}");
+}

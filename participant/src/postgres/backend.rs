@@ -5,7 +5,8 @@
 //! transaction commits) and the service's work, all sent together; then, once their answers
 //! (row counts included) are checked, `PREPARE TRANSACTION '<gid>'`, then yes: the prepared
 //! state is durable in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it, and with it the
-//! intent written just before). Commit / abort: `super::decide`, on phase-two sessions
+//! intent written just before). Only a gid this process may hold prepared (`super::held`)
+//! looks at `pg_prepared_xacts` first. Commit / abort: `super::decide`, on phase-two sessions
 //! (`super::phase_two`).
 
 use std::collections::{HashMap, HashSet};
@@ -19,6 +20,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::config::PgConfig;
 use super::error::{PgError, describe};
 use super::gid::{Gid, GidPrefix};
+use super::held::Held;
 use super::metrics::PgMetrics;
 use super::phase_two::PhaseTwo;
 use super::policy::{self, Fence, Known, Recorded};
@@ -80,6 +82,8 @@ pub(crate) struct Inner<W: PgWork> {
     epochs: Mutex<HashMap<String, u64>>,
     /// Gids whose prepare runs in this process now.
     pub(crate) preparing: Mutex<HashSet<String>>,
+    /// Gids that may be prepared in this database now: their prepares take the careful path.
+    pub(crate) held: Held,
     /// The coordinator's last answer per in-doubt gid, for `/v1/prepared`.
     pub(crate) answers: Mutex<HashMap<String, String>>,
     pub(crate) metrics: Arc<PgMetrics>,
@@ -151,6 +155,17 @@ impl<W: PgWork> PgParticipant<W> {
                 (row.get::<_, String>(0), u64::try_from(epoch).unwrap_or(0))
             })
             .collect();
+        // Before serving: a repeated prepare of a gid prepared by an earlier run must take the
+        // careful path.
+        let prepared = client
+            .query(
+                "SELECT gid FROM pg_prepared_xacts \
+                 WHERE database = current_database() AND gid LIKE $1",
+                &[&prefix.like_pattern()],
+            )
+            .await
+            .map_err(|e| PgError::db("listing pg_prepared_xacts", e))?;
+        let held = Held::seeded(prepared.iter().map(|row| row.get::<_, String>(0)));
         let http = crate::decision_client::build(
             config.decision_timeout_ms,
             config.coordinator_tls.clone(),
@@ -167,6 +182,7 @@ impl<W: PgWork> PgParticipant<W> {
                 config,
                 epochs: Mutex::new(epochs),
                 preparing: Mutex::new(HashSet::new()),
+                held,
                 answers: Mutex::new(HashMap::new()),
                 metrics,
                 coordinators,
@@ -344,14 +360,19 @@ impl<W: PgWork> PgParticipant<W> {
             request.txid.as_str(),
             request.coordinator_id.as_str(),
         );
+        let (intent_text, outcome_text) = if self.inner.held.holds(gid_text) {
+            (INTENT_SQL, OUTCOME_SQL)
+        } else {
+            (FIRST_INTENT_SQL, FIRST_OUTCOME_SQL)
+        };
         let statements = async {
             let mut work = Vec::with_capacity(self.inner.work_sql.len());
             for (sql, types) in &self.inner.work_sql {
                 work.push(session.statement(sql, types).await?);
             }
             Ok::<_, tokio_postgres::Error>((
-                session.statement(INTENT_SQL, &INTENT_TYPES).await?,
-                session.statement(OUTCOME_SQL, &[Type::TEXT]).await?,
+                session.statement(intent_text, &INTENT_TYPES).await?,
+                session.statement(outcome_text, &[Type::TEXT]).await?,
                 session.statement(FORGET_SQL, &[Type::TEXT]).await?,
                 work,
             ))
@@ -427,6 +448,9 @@ impl<W: PgWork> PgParticipant<W> {
             (Err(error), _, _) | (Ok(_), Err(error), _) => prepare_refusal(&error),
             (Ok(_), Ok(_), Err(refusal)) => refusal,
             (Ok(_), Ok(_), Ok(())) => {
+                // Held from now on: if this future is dropped or the answer lost, the gid may
+                // be prepared all the same.
+                self.inner.held.hold(gid_text);
                 match client
                     .batch_execute(&format!("PREPARE TRANSACTION {}", gid.literal()))
                     .await
@@ -435,7 +459,12 @@ impl<W: PgWork> PgParticipant<W> {
                         session.idle();
                         return Ok(Vote::Yes);
                     }
-                    Err(error) => prepare_refusal(&error),
+                    Err(error) => {
+                        if error.as_db_error().is_some() {
+                            self.inner.held.refused(gid_text);
+                        }
+                        prepare_refusal(&error)
+                    }
                 }
             }
         };
@@ -487,6 +516,18 @@ const INTENT_SQL: &str = "INSERT INTO twopc.pg_intents \
     AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts \
         WHERE gid = $1 AND database = current_database()) \
     ON CONFLICT (gid) DO NOTHING";
+
+/// [`INTENT_SQL`] for a gid not [`Held`]: not prepared in this database now, so nothing to look
+/// for in `pg_prepared_xacts`.
+const FIRST_INTENT_SQL: &str = "INSERT INTO twopc.pg_intents \
+    (gid, txid, coordinator_id, epoch, incarnation, position) \
+    SELECT $1, $2, $3, $4, $5, $6 \
+    WHERE NOT EXISTS (SELECT 1 FROM twopc.pg_outcomes WHERE gid = $1) \
+    ON CONFLICT (gid) DO NOTHING";
+
+/// [`OUTCOME_SQL`] for a gid not [`Held`]: a unique violation still finds one decided already.
+const FIRST_OUTCOME_SQL: &str = "INSERT INTO twopc.pg_outcomes (gid, outcome) \
+    VALUES ($1, 'committed')";
 
 /// The `committed` outcome row, inside the transaction (it exists exactly when the transaction
 /// committed). It fails at once for a gid already known: a unique violation when an outcome

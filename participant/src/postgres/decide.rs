@@ -40,7 +40,14 @@ impl<W: PgWork> PgParticipant<W> {
     }
 
     pub(crate) async fn commit_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
-        match self.inner.phase_two.finish(Finish::Commit, gid).await? {
+        let finished = self.inner.phase_two.finish(Finish::Commit, gid).await?;
+        if finished.as_ref().map_or_else(
+            |e| policy::gid_missing(e.code().map(SqlState::code)),
+            |()| true,
+        ) {
+            self.inner.held.ended(gid.as_str(), &self.inner.preparing);
+        }
+        match finished {
             Ok(()) => {
                 // The intent row went with the transaction (it deleted it before preparing).
                 self.inner.metrics.commits.fetch_add(1, Ordering::Relaxed);
@@ -89,6 +96,7 @@ impl<W: PgWork> PgParticipant<W> {
         loop {
             match self.inner.phase_two.finish(Finish::Rollback, gid).await? {
                 Ok(()) => {
+                    self.inner.held.ended(gid.as_str(), &self.inner.preparing);
                     self.inner.metrics.aborts.fetch_add(1, Ordering::Relaxed);
                     // Rolled back with the transaction, its intent's removal is undone.
                     let session = self.inner.pool.get(Side::Decide).await?;
@@ -121,6 +129,7 @@ impl<W: PgWork> PgParticipant<W> {
             }
             // Never prepared (or already rolled back): a tombstone, so a late prepare votes no.
             // A committed outcome row makes the insert a no-op, and the abort a contradiction.
+            self.inner.held.ended(gid.as_str(), &self.inner.preparing);
             let session = self.inner.pool.get(Side::Decide).await?;
             let client = session.client();
             client

@@ -12,7 +12,8 @@
 //! (a statement's returned rows as JSON); and the fences of those writes (issue 29): `fence`
 //! (the highest token per resource in `twopc.pg_fences`, raised by the write it guards, and
 //! the operator's audited reset) and `fence_http` (`/v1/fences/{resource}`, as the KV
-//! participant's). It must never commit or roll back a prepared transaction on its own judgement (only
+//! participant's); and `held` (the gids this process may hold prepared, whose repeated prepare
+//! looks at `pg_prepared_xacts` first, which a first prepare skips). It must never commit or roll back a prepared transaction on its own judgement (only
 //! on a decision from the coordinator that prepared it), never vote yes before `PREPARE
 //! TRANSACTION` returned, and never run SQL a request handed it.
 
@@ -24,6 +25,7 @@ pub mod error;
 pub mod fence;
 mod fence_http;
 pub mod gid;
+mod held;
 mod http;
 pub mod in_doubt;
 mod metrics;
