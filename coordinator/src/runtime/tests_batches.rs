@@ -187,6 +187,18 @@ async fn core_with(manner: Manner) -> (Arc<Core>, Arc<Mutex<Seen>>) {
     (core, seen)
 }
 
+/// One transaction at the stub participant `inventory`, answered once decided.
+fn transaction(txid: &str, digest: u128) -> NewTransaction {
+    NewTransaction {
+        txid: TxId::new(txid).unwrap(),
+        digest: Digest(digest),
+        participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
+        timeout_ms: 5_000,
+        wait: WaitFor::Decision,
+        client: None,
+    }
+}
+
 /// Submits `n` transactions at once; their outcomes by txid.
 async fn submit_all(core: &Arc<Core>, n: usize) -> BTreeMap<String, Outcome> {
     let tasks: Vec<_> = (0..n)
@@ -194,17 +206,7 @@ async fn submit_all(core: &Arc<Core>, n: usize) -> BTreeMap<String, Outcome> {
             let core = Arc::clone(core);
             tokio::spawn(async move {
                 let txid = format!("t{i:02}");
-                let reply = core
-                    .submit(NewTransaction {
-                        txid: TxId::new(&txid).unwrap(),
-                        digest: Digest(i as u128),
-                        participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
-                        timeout_ms: 5_000,
-                        wait: WaitFor::Decision,
-                        client: None,
-                    })
-                    .await
-                    .unwrap();
+                let reply = core.submit(transaction(&txid, i as u128)).await.unwrap();
                 let Reply::Outcome(response) = reply else {
                     panic!("{reply:?}");
                 };
@@ -325,16 +327,9 @@ async fn a_participant_whose_batch_route_is_gone_is_sent_messages_alone() {
         .map(|i| {
             let core = Arc::clone(&core);
             tokio::spawn(async move {
-                core.submit(NewTransaction {
-                    txid: TxId::new(format!("again{i}")).unwrap(),
-                    digest: Digest(100 + i),
-                    participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
-                    timeout_ms: 5_000,
-                    wait: WaitFor::Decision,
-                    client: None,
-                })
-                .await
-                .unwrap()
+                core.submit(transaction(&format!("again{i}"), 100 + i))
+                    .await
+                    .unwrap()
             })
         })
         .collect();
@@ -360,14 +355,7 @@ async fn one_client_at_a_time_sends_every_message_alone() {
     let (core, seen) = core_with(Manner::Honest).await;
     for round in 0..5u32 {
         let reply = core
-            .submit(NewTransaction {
-                txid: TxId::new(format!("lone{round}")).unwrap(),
-                digest: Digest(u128::from(round)),
-                participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
-                timeout_ms: 5_000,
-                wait: WaitFor::Decision,
-                client: None,
-            })
+            .submit(transaction(&format!("lone{round}"), u128::from(round)))
             .await
             .unwrap();
         assert!(
