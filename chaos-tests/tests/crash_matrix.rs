@@ -334,9 +334,11 @@ fn participant_after_prepared_durable() {
 
 #[test]
 fn participant_after_batch_item_durable() {
-    // Orders sent together: their prepares for inventory meet in one of the coordinator's
-    // flushes and go as a batch (a lone message goes alone), and inventory dies after the first
-    // item's prepared record is durable, before any line of that batch leaves.
+    // Orders sent together: the first one or two may go alone (a coordinator with at most two
+    // live transactions waits for no company) and commit, their commits to inventory cut off by
+    // the crash and resent after its restart; the rest meet in one of the coordinator's flushes
+    // and go as a batch, and inventory dies after the first item's prepared record is durable,
+    // before any line of that batch leaves.
     let mut s = Scenario::start("participant::after_batch_item_durable");
     let config = s.chaos.config.clone();
     let orders: Vec<Order> = (0..8)

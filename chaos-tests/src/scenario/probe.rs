@@ -36,19 +36,23 @@ impl TxView {
     }
 }
 
+/// Where `order` stands. In-doubt lists are read before the markers: a participant that holds
+/// the order prepared nowhere has applied its decision already, so markers read after that show
+/// its final state (read the other way round, a commit landing between the two reads showed
+/// "neither prepared nor applied" for a committed order).
 pub async fn view(client: &reqwest::Client, urls: &ClusterUrls, order: &Order) -> TxView {
-    let mut applied = [false; 3];
-    for (slot, (participant, key)) in applied.iter_mut().zip(order.marker_keys()) {
-        *slot = exists(client, urls.participant(participant), &key)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
     let mut prepared = [false; 3];
     for (slot, (_, base)) in prepared.iter_mut().zip(urls.participants()) {
         *slot = prepared_at(client, base)
             .await
             .iter()
             .any(|p| p.txid.as_str() == order.id);
+    }
+    let mut applied = [false; 3];
+    for (slot, (participant, key)) in applied.iter_mut().zip(order.marker_keys()) {
+        *slot = exists(client, urls.participant(participant), &key)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     let coordinator = transaction(client, &urls.coordinator, &order.id)
         .await
