@@ -5,9 +5,9 @@
 //! Each item runs exactly as the same message sent alone would (`Participant::prepare`,
 //! `commit`, `abort`: its vote or ack only once its record is durable), all of them at once, so
 //! their forced records are submitted together and share the log's fsyncs. The answer streams
-//! one line per item as each becomes ready: a prepare queued behind a lock holds back no other
-//! item's answer. Items run to their end even if the sender goes away, as a lone prepare's
-//! queued wait does. The PostgreSQL backend serves the same routes through [`answer_prepares`] and
+//! one line per item as each becomes ready (the lines ready together in one write): a prepare
+//! queued behind a lock holds back no other item's answer. Items run to their end even if the
+//! sender goes away, as a lone prepare's queued wait does. The PostgreSQL backend serves the same routes through [`answer_prepares`] and
 //! [`answer_decisions`].
 
 use std::convert::Infallible;
@@ -20,13 +20,14 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use protocol::batch::{
-    BatchAnswer, BatchCapability, Capabilities, DecisionBatch, NDJSON, PrepareBatch,
-};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use protocol::batch::{BatchCapability, Capabilities, DecisionBatch, NDJSON, PrepareBatch};
 use protocol::limits::{BATCH_BODY_BYTES_MAX, BATCH_ITEMS_MAX};
 use protocol::{
     AckResponse, Decision, DecisionRequest, ErrorBody, ErrorCode, GlobalTxId, PrepareRequest, Vote,
 };
+use serde_json::value::RawValue;
 
 use crate::api_error::{ApiError, json_body};
 use crate::crash::{self, crash_point};
@@ -76,68 +77,126 @@ pub fn check_items(items: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// One item's answer as the per-message route would have given it.
-pub type ItemAnswer = Result<serde_json::Value, ApiError>;
+/// One item's answer as the per-message route would have given it: its body's JSON text.
+pub type ItemAnswer = Result<Box<RawValue>, ApiError>;
 
-/// Runs every item's future as a task of its own and streams a [`BatchAnswer`] line for each
-/// as it finishes. `durable_point` is the crash point between an item's durable record and its
-/// line (only for an item that succeeded).
+/// One answer line as written: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is already JSON text (encoded
+/// once, not built as a `Value` and encoded again).
+#[derive(serde::Serialize)]
+struct AnswerLine<'a> {
+    index: usize,
+    gtid: &'a GlobalTxId,
+    status: u16,
+    body: &'a RawValue,
+}
+
+/// Runs every item's future and streams a [`BatchAnswer`](protocol::batch::BatchAnswer) line for each as it finishes.
+/// `durable_point` is the crash point between an item's durable record and its line (only for
+/// an item that succeeded).
+///
+/// The items run inside the answer's body stream, not as tasks of their own: each poll drives
+/// all of them and hands hyper every line that is ready as one chunk. Items that share a group
+/// commit finish on the same wake-up, so their lines leave in one write (as tasks, each line
+/// woke the connection on its own and went out in a write of its own). A body dropped before
+/// its end (the sender went away) hands the items still running to a task that finishes them.
 pub fn stream_answers<F>(items: Vec<(GlobalTxId, F)>, durable_point: &'static str) -> Response
 where
     F: Future<Output = ItemAnswer> + Send + 'static,
 {
-    let (lines, receiver) = tokio::sync::mpsc::channel(items.len().max(1));
-    for (index, (gtid, item)) in items.into_iter().enumerate() {
-        let lines = lines.clone();
-        tokio::spawn(async move {
+    let running: FuturesUnordered<_> = items
+        .into_iter()
+        .enumerate()
+        .map(|(index, (gtid, item))| async move {
             let answer = item.await;
             if answer.is_ok() {
                 crash_point(durable_point);
             }
-            let (status, body) = match answer {
-                Ok(body) => (200, body),
-                Err(error) => (error.code.status(), error_json(error)),
-            };
-            let line = BatchAnswer {
-                index,
-                gtid,
-                status,
-                body,
-            };
-            match serde_json::to_vec(&line) {
-                Ok(mut bytes) => {
-                    bytes.push(b'\n');
-                    // The sender may have gone; the item's effect stands all the same.
-                    let _ = lines.send(Bytes::from(bytes)).await;
-                }
-                Err(error) => tracing::error!(%error, "a batch answer line cannot be encoded"),
-            }
-        });
-    }
+            answer_line(index, gtid, answer)
+        })
+        .collect();
     (
         [(header::CONTENT_TYPE, NDJSON)],
-        Body::from_stream(Lines(receiver)),
+        Body::from_stream(Lines(running)),
     )
         .into_response()
 }
 
-fn error_json(error: ApiError) -> serde_json::Value {
+/// One item's line, newline included (empty if it cannot be encoded, which is logged).
+fn answer_line(index: usize, gtid: GlobalTxId, answer: ItemAnswer) -> Vec<u8> {
+    let (status, body) = match answer {
+        Ok(body) => (200, body),
+        Err(error) => (error.code.status(), error_json(error)),
+    };
+    let line = AnswerLine {
+        index,
+        gtid: &gtid,
+        status,
+        body: &body,
+    };
+    let mut bytes = Vec::with_capacity(body.get().len() + gtid.as_str().len() + 48);
+    match serde_json::to_writer(&mut bytes, &line) {
+        Ok(()) => {
+            bytes.push(b'\n');
+            bytes
+        }
+        Err(error) => {
+            tracing::error!(%error, "a batch answer line cannot be encoded");
+            Vec::new()
+        }
+    }
+}
+
+fn error_json(error: ApiError) -> Box<RawValue> {
     let body = ErrorBody::new(error.code, error.message);
     let body = match error.highest_epoch {
         Some(epoch) => body.with_highest_epoch(epoch),
         None => body,
     };
-    serde_json::to_value(body).unwrap_or(serde_json::Value::Null)
+    to_raw(&body)
 }
 
-/// The answer lines as a body stream: it ends when every item's task has sent its line.
-struct Lines(tokio::sync::mpsc::Receiver<Bytes>);
+/// `value` as JSON text; `null` if it cannot be encoded (no type answered here can fail).
+fn to_raw<T: serde::Serialize>(value: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|error| {
+        tracing::error!(%error, "a batch answer body cannot be encoded");
+        serde_json::value::to_raw_value(&()).unwrap_or_default()
+    })
+}
 
-impl futures_core::Stream for Lines {
+/// The items still running, as a body stream of answer lines: each chunk every line ready at
+/// that poll; it ends when every item has given its line.
+struct Lines<F: Future<Output = Vec<u8>> + Send + 'static>(FuturesUnordered<F>);
+
+impl<F: Future<Output = Vec<u8>> + Send + 'static> futures_core::Stream for Lines<F> {
     type Item = Result<Bytes, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx).map(|line| line.map(Ok))
+        let mut chunk = Vec::new();
+        loop {
+            match Pin::new(&mut self.0).poll_next(cx) {
+                Poll::Ready(Some(line)) => chunk.extend_from_slice(&line),
+                // Nothing more ready now (or every item has answered): what is ready goes.
+                Poll::Ready(None) | Poll::Pending if !chunk.is_empty() => {
+                    return Poll::Ready(Some(Ok(Bytes::from(chunk))));
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<F: Future<Output = Vec<u8>> + Send + 'static> Drop for Lines<F> {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        // The sender went away: the items' effects stand all the same, so they run to their
+        // end (a queued prepare until granted or past its deadline), their lines unread.
+        let mut running = std::mem::take(&mut self.0);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { while running.next().await.is_some() {} });
+        }
     }
 }
 
@@ -159,7 +218,7 @@ where
             let gtid = request.gtid.clone();
             let vote = prepare(request);
             let answer = async move {
-                serde_json::to_value(vote.await?)
+                serde_json::value::to_raw_value(&vote.await?)
                     .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
             };
             (gtid, answer)
@@ -183,7 +242,7 @@ where
             let decided = decide(item.decision, item.request);
             let answer = async move {
                 decided.await?;
-                Ok(serde_json::json!(AckResponse { ack: true }))
+                Ok(to_raw(&AckResponse { ack: true }))
             };
             (gtid, answer)
         })
