@@ -59,9 +59,16 @@ fn check(kind: &'static str, value: &str, max: usize) -> Result<(), IdError> {
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
+
+        // By hand, not `into = "String"`: that clones the id for every message it is in.
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             /// Checks `value` and wraps it.
