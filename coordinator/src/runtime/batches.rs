@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use protocol::batch::{BatchAnswer, BatchedDecision, Capabilities, DecisionBatch, PrepareBatch};
+use protocol::batch::{BatchedDecision, Capabilities, DecisionBatch, PrepareBatch};
 use protocol::limits::{BATCH_BODY_BYTES_MAX, BATCH_ITEMS_MAX};
 use protocol::{GlobalTxId, ParticipantName, VoteKind, routes};
 
@@ -255,15 +255,24 @@ impl Core {
         jobs: Vec<PrepareJob>,
     ) {
         let started = Instant::now();
-        let requests: Vec<_> = jobs.iter().map(|job| job.request(&self)).collect();
+        let mut jobs = jobs;
+        let requests: Vec<_> = jobs.iter_mut().map(|job| job.request(&self)).collect();
         let gtids: Vec<GlobalTxId> = requests.iter().map(|r| r.gtid.clone()).collect();
         let epochs: Vec<_> = requests.iter().map(|r| r.epoch).collect();
         let timeout_ms = jobs.iter().map(|j| j.timeout_ms).max().unwrap_or(0);
-        let body = match serde_json::to_vec(&PrepareBatch { prepares: requests }) {
+        let batch = PrepareBatch { prepares: requests };
+        let body = match serde_json::to_vec(&batch) {
             Ok(body) if body.len() <= BATCH_BODY_BYTES_MAX => body,
-            // Large payloads: as messages of their own, each within the single-body limit.
-            Ok(_) | Err(_) => return self.one_by_one(jobs, Vec::new()),
+            // Large payloads: as messages of their own, each within the single-body limit
+            // (their payloads back in their jobs).
+            Ok(_) | Err(_) => {
+                for (job, request) in jobs.iter_mut().zip(batch.prepares) {
+                    job.payload = request.payload;
+                }
+                return self.one_by_one(jobs, Vec::new());
+            }
         };
+        drop(batch);
         self.metrics.count_batch(jobs.len());
         let mut slots: Vec<Option<PrepareJob>> = jobs.into_iter().map(Some).collect();
         let called = endpoint
@@ -404,28 +413,40 @@ fn refused_route(called: &Result<Lines, CallError>) -> bool {
             .is_ok_and(|e| e.error == protocol::ErrorCode::UnknownRoute))
 }
 
+/// One answer line as read: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is kept as the JSON text it came as
+/// (it is parsed once, as the answer of a message of its own would be).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerLine<'a> {
+    index: usize,
+    #[serde(borrow)]
+    gtid: std::borrow::Cow<'a, str>,
+    status: u16,
+    #[serde(borrow)]
+    body: &'a serde_json::value::RawValue,
+}
+
 /// One answer line, checked: its index names an item of the batch and its gtid is that item's.
 /// A line that fails either check is no answer (a peer's claim that does not hold), and is
 /// logged; its item is then treated as unanswered.
 fn answer_line(line: &[u8], gtids: &[GlobalTxId], participant: &str) -> Option<(usize, Answer)> {
-    let answer = match serde_json::from_slice::<BatchAnswer>(line) {
+    let answer = match serde_json::from_slice::<AnswerLine<'_>>(line) {
         Ok(answer) => answer,
         Err(error) => {
             tracing::warn!(participant, %error, "a batch answer line is not an answer; ignored");
             return None;
         }
     };
-    if gtids.get(answer.index) != Some(&answer.gtid) {
+    if gtids.get(answer.index).map(GlobalTxId::as_str) != Some(answer.gtid.as_ref()) {
         tracing::warn!(participant, index = answer.index, gtid = %answer.gtid,
             "a batch answer line names no item of its batch; ignored");
         return None;
     }
-    let body = serde_json::to_vec(&answer.body).unwrap_or_default();
     Some((
         answer.index,
         Answer {
             status: answer.status,
-            body: body.into(),
+            body: bytes::Bytes::copy_from_slice(answer.body.get().as_bytes()),
         },
     ))
 }
@@ -433,6 +454,7 @@ fn answer_line(line: &[u8], gtids: &[GlobalTxId], participant: &str) -> Option<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protocol::batch::BatchAnswer;
 
     fn gtid(n: u32) -> GlobalTxId {
         GlobalTxId::new(format!("c:0000000000000001:{n}")).unwrap()

@@ -31,8 +31,9 @@ pub(super) struct PrepareJob {
 }
 
 impl PrepareJob {
-    /// What the participant is sent for this job, at the epoch `epoch`.
-    pub(super) fn request(&self, core: &Core) -> PrepareRequest {
+    /// What the participant is sent for this job. The payload moves into it: a job's answer
+    /// needs only its ids, and a payload is the largest thing a transaction carries.
+    pub(super) fn request(&mut self, core: &Core) -> PrepareRequest {
         PrepareRequest {
             txid: self.txid.clone(),
             gtid: self.attempt.gtid.clone(),
@@ -40,7 +41,7 @@ impl PrepareJob {
             epoch: core.epoch(),
             incarnation: core.identity.incarnation,
             position: self.attempt.position,
-            payload: self.payload.clone(),
+            payload: std::mem::take(&mut self.payload),
             started_at_ms: Some(self.started_at_ms),
             // A quarter of the deadline is left for the no vote to travel back before the
             // coordinator stops waiting (and records a timeout instead).
@@ -63,7 +64,7 @@ pub(super) struct DecisionJob {
 
 impl Core {
     /// A prepare as a message of its own.
-    pub(super) async fn prepare(self: Arc<Self>, job: PrepareJob) {
+    pub(super) async fn prepare(self: Arc<Self>, mut job: PrepareJob) {
         let started = Instant::now();
         let request = job.request(&self);
         let outcome = match self.participants.get(&job.participant) {
