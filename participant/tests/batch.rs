@@ -1,7 +1,8 @@
 //! Batched phase messages through the library's routes (`Router::oneshot`): the capabilities
 //! answer, each item answered as it would be alone, answer lines streamed as each item is ready
-//! (a prepare queued behind a lock holds back no other item), one fsync shared by a batch's
-//! records, and the refusals of a batch as a whole.
+//! (a prepare queued behind a lock holds back no other item) and the lines ready together in
+//! one chunk, items run to their end when nobody reads the answer, one fsync shared by a
+//! batch's records, and the refusals of a batch as a whole.
 
 mod common;
 
@@ -124,6 +125,61 @@ async fn each_item_is_answered_as_it_would_be_alone_and_the_batch_shares_fsyncs(
     }
     assert_eq!(participant.read(|t| t.counts["k7"]), 1);
     assert_eq!(participant.prepared_list().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_ready_together_leave_together() {
+    let (app, _participant, _dir) = app();
+    let prepares: Vec<PrepareRequest> = (0..20)
+        .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
+        .collect();
+    let response = app
+        .clone()
+        .oneshot(post("/2pc/batch/prepare", &PrepareBatch { prepares }))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let (mut frames, mut text) = (0, Vec::new());
+    while let Some(frame) = body.frame().await {
+        frames += 1;
+        text.extend_from_slice(&frame.unwrap().into_data().unwrap());
+    }
+    let lines = text
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    assert_eq!(lines, 20);
+    // Items whose records share an fsync become ready together; a write per line would cost
+    // the participant a system call and the coordinator a wake-up for each.
+    assert!(
+        frames < lines,
+        "{lines} lines in {frames} chunks: lines ready together must go in one chunk"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_answer_is_never_read_still_runs_every_item() {
+    let (app, participant, _dir) = app();
+    let prepares: Vec<PrepareRequest> = (0..3)
+        .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
+        .collect();
+    let response = app
+        .clone()
+        .oneshot(post("/2pc/batch/prepare", &PrepareBatch { prepares }))
+        .await
+        .unwrap();
+    // The sender went away before a line was read: the items are still prepared (their effect
+    // stands, as a lone prepare's does), and the coordinator will ask or decide.
+    drop(response);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while participant.prepared_list().len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "items of an unread batch did not run: {} prepared",
+            participant.prepared_list().len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
