@@ -15,6 +15,9 @@ type Outcome = Result<u64, WalError>;
 struct SlotState {
     outcome: Option<Outcome>,
     waker: Option<Waker>,
+    /// A thread waits on the condvar (`wait_blocking`). Only then is it notified: a notify
+    /// costs a futex system call even with nobody waiting, once per record.
+    blocked: bool,
 }
 
 #[derive(Default)]
@@ -82,6 +85,7 @@ impl AppendTicket {
                     if let Some(outcome) = state.outcome.take() {
                         return outcome;
                     }
+                    state.blocked = true;
                     state = slot
                         .filled
                         .wait(state)
@@ -133,12 +137,14 @@ impl Completer {
 
     fn fill(&mut self, outcome: Outcome) {
         if let Some(slot) = self.slot.take() {
-            let waker = {
+            let (waker, blocked) = {
                 let mut state = slot.lock();
                 state.outcome = Some(outcome);
-                state.waker.take()
+                (state.waker.take(), state.blocked)
             };
-            slot.filled.notify_all();
+            if blocked {
+                slot.filled.notify_all();
+            }
             if let Some(waker) = waker {
                 waker.wake();
             }
@@ -149,5 +155,29 @@ impl Completer {
 impl Drop for Completer {
     fn drop(&mut self) {
         self.fill(Err(WalError::Closed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_thread_blocked_on_a_ticket_is_woken_when_it_is_filled() {
+        let (ticket, completer) = AppendTicket::pair();
+        let (done, answered) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || done.send(ticket.wait_blocking()));
+        // Let the thread block first (the notify is only sent to a thread that waits).
+        std::thread::sleep(Duration::from_millis(50));
+        completer.complete(Ok(7));
+        let outcome = answered.recv_timeout(Duration::from_secs(5));
+        assert_eq!(outcome.ok().and_then(Result::ok), Some(7));
+        assert!(waiter.join().is_ok());
+        // Filled before anyone waits: the answer is there at once.
+        let (ticket, completer) = AppendTicket::pair();
+        completer.complete(Ok(8));
+        assert_eq!(ticket.wait_blocking().ok(), Some(8));
     }
 }
