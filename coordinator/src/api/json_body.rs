@@ -27,15 +27,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], object_arrays: &[&str]) -> Resu
 }
 
 fn check_shape(bytes: &[u8], object_arrays: &[&str]) -> Result<(), String> {
-    let whole: &RawValue = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if kind(whole) != "an object" {
-        return Err(format!("expected a JSON object, found {}", kind(whole)));
-    }
-    if object_arrays.is_empty() {
-        return Ok(());
-    }
-    let fields: HashMap<Cow<'_, str>, &RawValue> =
-        serde_json::from_str(whole.get()).map_err(|e| e.to_string())?;
+    // One pass for the usual body, an object: its fields as borrowed text. Anything else is
+    // told apart by a second look, only on the way to a refusal.
+    let fields: HashMap<Cow<'_, str>, &RawValue> = match serde_json::from_slice(bytes) {
+        Ok(fields) => fields,
+        Err(not_a_map) => {
+            let whole: &RawValue = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+            return Err(match kind(whole) {
+                "an object" => not_a_map.to_string(),
+                other => format!("expected a JSON object, found {other}"),
+            });
+        }
+    };
     for field in object_arrays {
         let Some(value) = fields.get(*field).filter(|v| kind(v) == "an array") else {
             continue;
