@@ -99,6 +99,9 @@ struct AnswerLine<'a> {
 /// commit finish on the same wake-up, so their lines leave in one write (as tasks, each line
 /// woke the connection on its own and went out in a write of its own). A body dropped before
 /// its end (the sender went away) hands the items still running to a task that finishes them.
+/// A sender that stops reading does not stall them either: a whole answer (at most
+/// `BATCH_ITEMS_MAX` lines of a few hundred bytes) fits in the sockets' buffers, so hyper keeps
+/// polling the body until every item has its line.
 pub fn stream_answers<F>(items: Vec<(GlobalTxId, F)>, durable_point: &'static str) -> Response
 where
     F: Future<Output = ItemAnswer> + Send + 'static,
