@@ -7,8 +7,8 @@
 //! their forced records are submitted together and share the log's fsyncs. The answer streams
 //! one line per item as each becomes ready (the lines ready together in one write): a prepare
 //! queued behind a lock holds back no other item's answer. Items run to their end even if the
-//! sender goes away, as a lone prepare's queued wait does. The PostgreSQL backend serves the same routes through [`answer_prepares`] and
-//! [`answer_decisions`].
+//! sender goes away, as a lone prepare's queued wait does. The PostgreSQL backend serves the
+//! same routes through [`answer_prepares`] and [`answer_decisions`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -80,8 +80,8 @@ pub fn check_items(items: usize) -> Result<(), ApiError> {
 /// One item's answer as the per-message route would have given it: its body's JSON text.
 pub type ItemAnswer = Result<Box<RawValue>, ApiError>;
 
-/// One answer line as written: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is already JSON text (encoded
-/// once, not built as a `Value` and encoded again).
+/// One answer line as written: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is
+/// already JSON text (encoded once, not built as a `Value` and encoded again).
 #[derive(serde::Serialize)]
 struct AnswerLine<'a> {
     index: usize,
@@ -90,9 +90,9 @@ struct AnswerLine<'a> {
     body: &'a RawValue,
 }
 
-/// Runs every item's future and streams a [`BatchAnswer`](protocol::batch::BatchAnswer) line for each as it finishes.
-/// `durable_point` is the crash point between an item's durable record and its line (only for
-/// an item that succeeded).
+/// Runs every item's future and streams a [`BatchAnswer`](protocol::batch::BatchAnswer) line
+/// for each as it finishes. `durable_point` is the crash point between an item's durable record
+/// and its line (only for an item that succeeded).
 ///
 /// The items run inside the answer's body stream, not as tasks of their own: each poll drives
 /// all of them and hands hyper every line that is ready as one chunk. Items that share a group

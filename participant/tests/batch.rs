@@ -46,6 +46,15 @@ async fn lines(app: &Router, request: Request<Body>) -> Vec<BatchAnswer> {
         .collect()
 }
 
+/// `n` prepares of fresh attempts, each on a key of its own.
+fn fresh_prepares(n: usize) -> PrepareBatch {
+    PrepareBatch {
+        prepares: (0..n)
+            .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
+            .collect(),
+    }
+}
+
 fn waiting(txid: &str, payload: Value) -> PrepareRequest {
     let mut request = prepare(txid, 1, payload);
     request.lock_wait_ms = Some(5_000);
@@ -73,9 +82,7 @@ async fn the_capabilities_offer_batches() {
 async fn each_item_is_answered_as_it_would_be_alone_and_the_batch_shares_fsyncs() {
     let (app, participant, _dir) = app();
     let fsyncs_before = participant.wal_stats().fsyncs;
-    let mut prepares: Vec<PrepareRequest> = (0..20)
-        .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
-        .collect();
+    let mut prepares = fresh_prepares(20).prepares;
     // One no (a negative count), one from a stale epoch after a newer one was seen below.
     prepares.push(prepare("t-no", 1, add("k-no", -1)));
     let answers = lines(
@@ -130,12 +137,9 @@ async fn each_item_is_answered_as_it_would_be_alone_and_the_batch_shares_fsyncs(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_ready_together_leave_together() {
     let (app, _participant, _dir) = app();
-    let prepares: Vec<PrepareRequest> = (0..20)
-        .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
-        .collect();
     let response = app
         .clone()
-        .oneshot(post("/2pc/batch/prepare", &PrepareBatch { prepares }))
+        .oneshot(post("/2pc/batch/prepare", &fresh_prepares(20)))
         .await
         .unwrap();
     let mut body = response.into_body();
@@ -160,12 +164,9 @@ async fn lines_ready_together_leave_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_answer_is_never_read_still_runs_every_item() {
     let (app, participant, _dir) = app();
-    let prepares: Vec<PrepareRequest> = (0..3)
-        .map(|i| prepare(&format!("t{i}"), 1, add(&format!("k{i}"), 1)))
-        .collect();
     let response = app
         .clone()
-        .oneshot(post("/2pc/batch/prepare", &PrepareBatch { prepares }))
+        .oneshot(post("/2pc/batch/prepare", &fresh_prepares(3)))
         .await
         .unwrap();
     // The sender went away before a line was read: the items are still prepared (their effect

@@ -413,8 +413,8 @@ fn refused_route(called: &Result<Lines, CallError>) -> bool {
             .is_ok_and(|e| e.error == protocol::ErrorCode::UnknownRoute))
 }
 
-/// One answer line as read: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is kept as the JSON text it came as
-/// (it is parsed once, as the answer of a message of its own would be).
+/// One answer line as read: a [`BatchAnswer`](protocol::batch::BatchAnswer) whose body is kept
+/// as the JSON text it came as (parsed once, as a message of its own's answer would be).
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AnswerLine<'a> {
