@@ -261,18 +261,17 @@ impl Core {
         let epochs: Vec<_> = requests.iter().map(|r| r.epoch).collect();
         let timeout_ms = jobs.iter().map(|j| j.timeout_ms).max().unwrap_or(0);
         let batch = PrepareBatch { prepares: requests };
-        let body = match serde_json::to_vec(&batch) {
+        let body = serde_json::to_vec(&batch);
+        // The payloads back in their jobs (moved, not copied): a job may yet go alone, when
+        // the batch is too large or the participant refuses the batch route.
+        for (job, request) in jobs.iter_mut().zip(batch.prepares) {
+            job.payload = request.payload;
+        }
+        let body = match body {
             Ok(body) if body.len() <= BATCH_BODY_BYTES_MAX => body,
-            // Large payloads: as messages of their own, each within the single-body limit
-            // (their payloads back in their jobs).
-            Ok(_) | Err(_) => {
-                for (job, request) in jobs.iter_mut().zip(batch.prepares) {
-                    job.payload = request.payload;
-                }
-                return self.one_by_one(jobs, Vec::new());
-            }
+            // Large payloads: as messages of their own, each within the single-body limit.
+            Ok(_) | Err(_) => return self.one_by_one(jobs, Vec::new()),
         };
-        drop(batch);
         self.metrics.count_batch(jobs.len());
         let mut slots: Vec<Option<PrepareJob>> = jobs.into_iter().map(Some).collect();
         let called = endpoint

@@ -39,6 +39,8 @@ struct Seen {
     decision_batches: Vec<usize>,
     alone: usize,
     alone_prepares: usize,
+    /// Each prepare sent alone: its txid and the payload it carried.
+    alone_payloads: Vec<(String, serde_json::Value)>,
     committed: Vec<String>,
 }
 
@@ -112,6 +114,8 @@ async fn stub(manner: Manner, seen: Arc<Mutex<Seen>>) -> String {
                     seen.alone += 1;
                     if route == "prepare" {
                         seen.alone_prepares += 1;
+                        let txid = body["txid"].as_str().unwrap_or_default().to_string();
+                        seen.alone_payloads.push((txid, body["payload"].clone()));
                     }
                     if route == "commit" {
                         seen.committed
@@ -187,12 +191,16 @@ async fn core_with(manner: Manner) -> (Arc<Core>, Arc<Mutex<Seen>>) {
     (core, seen)
 }
 
-/// One transaction at the stub participant `inventory`, answered once decided.
+/// One transaction at the stub participant `inventory`, answered once decided; its payload
+/// names it, so that a message can be checked to carry its own transaction's payload.
 fn transaction(txid: &str, digest: u128) -> NewTransaction {
     NewTransaction {
         txid: TxId::new(txid).unwrap(),
         digest: Digest(digest),
-        participants: vec![(ParticipantName::new("inventory").unwrap(), json!({}))],
+        participants: vec![(
+            ParticipantName::new("inventory").unwrap(),
+            json!({"order": txid}),
+        )],
         timeout_ms: 5_000,
         wait: WaitFor::Decision,
         client: None,
@@ -348,6 +356,12 @@ async fn a_participant_whose_batch_route_is_gone_is_sent_messages_alone() {
         "no batch after the 404: {seen:?}"
     );
     assert!(seen.alone >= 8, "4 prepares and 4 commits alone: {seen:?}");
+    // The first batch's items went again alone after its 404: each with its own payload, not
+    // an empty one left behind when the batch was built.
+    assert!(seen.alone_prepares >= 10, "{seen:?}");
+    for (txid, payload) in &seen.alone_payloads {
+        assert_eq!(payload, &json!({"order": txid}), "{txid} sent alone");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
