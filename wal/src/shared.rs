@@ -20,11 +20,12 @@ pub enum Request {
         snapshot: Snapshot,
         completer: Completer,
     },
-    /// A deferred checkpoint's snapshot, encoded off the writer thread: the writer already made
-    /// everything up to `covered` durable and rolled; it now writes the snapshot.
+    /// A deferred checkpoint's snapshot, encoded and written to its temporary file (synced) off
+    /// the writer thread, or why not: the writer already made everything up to `covered` durable
+    /// and rolled; it now makes the file the log's start. `Ok` is the file's length.
     CheckpointEncoded {
         covered: u64,
-        snapshot: Result<Vec<u8>, String>,
+        written: Result<u64, WalError>,
     },
 }
 

@@ -2,6 +2,13 @@
 //!
 //! Written as `snapshot-<seq>.snap.tmp`, fsynced, renamed to `snapshot-<seq>.snap`, then the
 //! directory is fsynced; so after a crash the snapshot is either wholly there or not at all.
+//! The temporary file may be written off the writer thread ([`write_synced`]); the rename, which
+//! makes it the log's start, is always the writer's.
+
+use std::path::Path;
+
+use crate::error::WalError;
+use crate::storage::Storage;
 
 /// Identifies a snapshot file (and its format version).
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"TWPCSNP1";
@@ -11,15 +18,48 @@ pub const SNAPSHOT_HEADER_BYTES: usize = 8 + 8 + 8;
 /// is bounded by its live transactions, far below this.
 pub const SNAPSHOT_BYTES_MAX: usize = 1024 * 1024 * 1024;
 
+fn header(seq: u64, payload_len: usize) -> [u8; SNAPSHOT_HEADER_BYTES] {
+    let mut header = [0u8; SNAPSHOT_HEADER_BYTES];
+    header[..8].copy_from_slice(SNAPSHOT_MAGIC);
+    header[8..16].copy_from_slice(&seq.to_le_bytes());
+    header[16..].copy_from_slice(&(payload_len as u64).to_le_bytes());
+    header
+}
+
+fn crc(header: &[u8], payload: &[u8]) -> [u8; 4] {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(header);
+    hasher.update(payload);
+    hasher.finalize().to_le_bytes()
+}
+
+/// Creates the snapshot file `tmp` (it must not exist), writes it and fdatasyncs it; its length.
+/// The payload, often megabytes, is written where it is rather than copied behind a header.
+pub fn write_synced(
+    storage: &dyn Storage,
+    tmp: &Path,
+    seq: u64,
+    payload: &[u8],
+) -> Result<u64, WalError> {
+    let header = header(seq, payload.len());
+    let crc = crc(&header, payload);
+    let mut file = storage
+        .create(tmp)
+        .map_err(|e| WalError::io("create", tmp, e))?;
+    for part in [&header[..], payload, &crc[..]] {
+        file.append(part)
+            .map_err(|e| WalError::io("write", tmp, e))?;
+    }
+    file.sync_data()
+        .map_err(|e| WalError::io("fsync", tmp, e))?;
+    Ok((header.len() + payload.len() + crc.len()) as u64)
+}
+
+/// The bytes [`write_synced`] writes, in one buffer (for tools and tests that build files).
 pub fn encode(seq: u64, payload: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + payload.len() + 4);
-    buf.extend_from_slice(SNAPSHOT_MAGIC);
-    buf.extend_from_slice(&seq.to_le_bytes());
-    buf.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    buf.extend_from_slice(payload);
-    let crc = crc32fast::hash(&buf);
-    buf.extend_from_slice(&crc.to_le_bytes());
-    buf
+    let header = header(seq, payload.len());
+    let crc = crc(&header, payload);
+    [&header[..], payload, &crc[..]].concat()
 }
 
 /// Decodes a whole snapshot file; `expected_seq` comes from its name. Errors are reasons for a

@@ -57,7 +57,7 @@ pub struct Writer {
     in_progress: Option<InProgress>,
 }
 
-/// A deferred checkpoint between its place in the log and its encoded snapshot.
+/// A deferred checkpoint between its place in the log and its written snapshot file.
 #[derive(Debug)]
 struct InProgress {
     covered: u64,
@@ -65,6 +65,9 @@ struct InProgress {
     /// meanwhile hold records after `covered` and stay.
     obsolete: usize,
     completer: Completer,
+    /// The thread that encodes and writes the snapshot file. Joined on close, so that no
+    /// temporary file appears in the directory after the log let go of it.
+    encoder: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
@@ -167,8 +170,13 @@ impl Writer {
 
     /// A clean shutdown makes lazy records durable too. Never after a failure (no fsync retries).
     fn sync_on_close(&mut self) {
-        if let Some(in_progress) = self.in_progress.take() {
-            // Its older segments stay; the next start replays them.
+        if let Some(mut in_progress) = self.in_progress.take() {
+            if let Some(encoder) = in_progress.encoder.take() {
+                // Its result is dropped with the closed queue; a panic there was its own.
+                let _ = encoder.join();
+            }
+            // Its older segments stay, and its file stays temporary: the next start replays
+            // the segments and removes the file.
             in_progress.completer.complete(Err(WalError::Closed));
         }
         if !self.shared.is_poisoned() {
@@ -215,8 +223,8 @@ impl Writer {
                     snapshot: Snapshot::Deferred(encode),
                     completer,
                 } => self.begin_deferred(encode, completer),
-                Request::CheckpointEncoded { covered, snapshot } => {
-                    self.finish_deferred(covered, snapshot);
+                Request::CheckpointEncoded { covered, written } => {
+                    self.finish_deferred(covered, written);
                 }
             }
         }
@@ -395,8 +403,9 @@ impl Writer {
         Ok(covered)
     }
 
-    /// A deferred checkpoint: steps 1 and 2 now, the encoding on its own thread, steps 3 and 4
-    /// when it comes back as `CheckpointEncoded` (appends carry on into the new segment).
+    /// A deferred checkpoint: steps 1 and 2 now; the encoding and the temporary file (written
+    /// and synced) on a thread of their own, so that appends carry on into the new segment
+    /// meanwhile; steps 3 and 4 when it comes back as `CheckpointEncoded`.
     fn begin_deferred(
         &mut self,
         encode: Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>,
@@ -414,53 +423,73 @@ impl Writer {
             covered,
             obsolete: self.older.len(),
             completer,
+            encoder: None,
         });
         let shared = Arc::clone(&self.shared);
+        let storage = Arc::clone(&self.storage);
+        let tmp = self.dir.join(names::snapshot_tmp_name(covered));
         let spawned = std::thread::Builder::new()
             .name("wal-snapshot".into())
             .spawn(move || {
-                let snapshot = encode();
-                shared.push_internal(Request::CheckpointEncoded { covered, snapshot });
+                let written = encode()
+                    .map_err(WalError::SnapshotEncode)
+                    .and_then(|payload| {
+                        if payload.len() > snapshot::SNAPSHOT_BYTES_MAX {
+                            return Err(WalError::SnapshotTooLarge {
+                                len: payload.len(),
+                                max: snapshot::SNAPSHOT_BYTES_MAX,
+                            });
+                        }
+                        let len = snapshot::write_synced(&*storage, &tmp, covered, &payload)?;
+                        Counters::add(&shared.counters.fsyncs, 1);
+                        Ok(len)
+                    });
+                shared.push_internal(Request::CheckpointEncoded { covered, written });
             });
-        if let Err(error) = spawned {
-            self.finish_deferred(
+        match spawned {
+            Ok(encoder) => {
+                if let Some(in_progress) = &mut self.in_progress {
+                    in_progress.encoder = Some(encoder);
+                }
+            }
+            Err(error) => self.finish_deferred(
                 covered,
-                Err(format!("cannot start the encoding thread: {error}")),
-            );
+                Err(WalError::SnapshotEncode(format!(
+                    "cannot start the encoding thread: {error}"
+                ))),
+            ),
         }
     }
 
-    fn finish_deferred(&mut self, covered: u64, snapshot: Result<Vec<u8>, String>) {
+    fn finish_deferred(&mut self, covered: u64, written: Result<u64, WalError>) {
         let Some(in_progress) = self.in_progress.take() else {
             return;
         };
         assert_eq!(
             in_progress.covered, covered,
-            "one deferred checkpoint at a time: the encoded one is the one in progress"
+            "one deferred checkpoint at a time: the written one is the one in progress"
         );
-        let outcome = match snapshot {
+        let outcome = match written {
             // The owner's failure, not the log's: nothing was written, the log stays healthy.
-            Err(reason) => Err(WalError::SnapshotEncode(reason)),
-            Ok(bytes) if bytes.len() > snapshot::SNAPSHOT_BYTES_MAX => {
-                Err(WalError::SnapshotTooLarge {
-                    len: bytes.len(),
-                    max: snapshot::SNAPSHOT_BYTES_MAX,
-                })
+            Err(error @ (WalError::SnapshotEncode(_) | WalError::SnapshotTooLarge { .. })) => {
+                Err(error)
             }
-            Ok(bytes) => {
-                // Records after `covered` are in segments that stay: nothing to flush first.
-                let written = self.write_snapshot(covered, in_progress.obsolete, &bytes);
-                if let Err(error) = &written {
-                    self.shared.poison(error);
-                }
-                written
-            }
+            // Records after `covered` are in segments that stay: nothing to flush first.
+            Ok(len) => self.install_snapshot(covered, in_progress.obsolete, len),
+            Err(error) => Err(error),
         };
+        if let Err(error) = &outcome
+            && !matches!(
+                error,
+                WalError::SnapshotEncode(_) | WalError::SnapshotTooLarge { .. }
+            )
+        {
+            self.shared.poison(error);
+        }
         in_progress.completer.complete(outcome);
     }
 
-    /// Steps 3 and 4: the snapshot covering up to `covered` becomes the log's start, and the
-    /// first `obsolete` older segments (all at or before `covered`) go.
+    /// Steps 3 and 4 on this thread, the snapshot's bytes in hand.
     fn write_snapshot(
         &mut self,
         covered: u64,
@@ -468,25 +497,28 @@ impl Writer {
         snapshot: &[u8],
     ) -> Result<u64, WalError> {
         let tmp = self.dir.join(names::snapshot_tmp_name(covered));
-        let path = self.dir.join(names::snapshot_name(covered));
-        let bytes = snapshot::encode(covered, snapshot);
-        let mut file = self
-            .storage
-            .create(&tmp)
-            .map_err(|e| WalError::io("create", &tmp, e))?;
-        file.append(&bytes)
-            .map_err(|e| WalError::io("write", &tmp, e))?;
-        file.sync_data()
-            .map_err(|e| WalError::io("fsync", &tmp, e))?;
+        let len = snapshot::write_synced(&*self.storage, &tmp, covered, snapshot)?;
         Counters::add(&self.shared.counters.fsyncs, 1);
-        drop(file);
+        self.install_snapshot(covered, obsolete, len)
+    }
+
+    /// Steps 3 and 4: the synced temporary snapshot file covering up to `covered` becomes the
+    /// log's start, and the first `obsolete` older segments (all at or before `covered`) go.
+    fn install_snapshot(
+        &mut self,
+        covered: u64,
+        obsolete: usize,
+        len: u64,
+    ) -> Result<u64, WalError> {
+        let tmp = self.dir.join(names::snapshot_tmp_name(covered));
+        let path = self.dir.join(names::snapshot_name(covered));
         self.storage
             .rename(&tmp, &path)
             .map_err(|e| WalError::io("rename", &tmp, e))?;
         self.sync_dir()?;
         crash_point_before_checkpoint_delete()?;
         let mut obsolete: Vec<PathBuf> = self.older.drain(..obsolete).map(|(p, _)| p).collect();
-        let previous = self.snapshot.replace((path.clone(), bytes.len() as u64));
+        let previous = self.snapshot.replace((path.clone(), len));
         if let Some((previous, _)) = previous.filter(|(p, _)| *p != path) {
             obsolete.push(previous);
         }

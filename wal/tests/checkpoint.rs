@@ -374,3 +374,48 @@ fn a_crash_at_any_step_of_a_deferred_checkpoint_loses_nothing_durable() {
         "some crashes came after the new snapshot's commit point"
     );
 }
+
+/// Closing the log while a deferred checkpoint is still being encoded waits for its thread, so
+/// no temporary snapshot file is written into a directory the log has let go of (the next
+/// process to open it, perhaps this one, would find a file it did not make). The next open
+/// replays the segments and removes the temporary file.
+#[test]
+fn closing_during_a_deferred_checkpoint_waits_for_its_file() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+
+    let sim = SimStorage::new();
+    let (log, _) = open(&sim, small_segments(256)).unwrap();
+    let mut history = Vec::new();
+    append_n(&log, &mut history, 5);
+    let snapshot = encode_history(&history);
+    let (release, released) = mpsc::channel::<()>();
+    let encoded = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&encoded);
+    let ticket = log.checkpoint_with(move || {
+        released.recv().map_err(|e| e.to_string())?;
+        flag.store(true, Ordering::SeqCst);
+        Ok(snapshot)
+    });
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        release.send(()).unwrap();
+    });
+    drop(log);
+    assert!(
+        encoded.load(Ordering::SeqCst),
+        "the log was closed before its checkpoint's thread finished"
+    );
+    releaser.join().unwrap();
+    assert!(
+        matches!(ticket.wait_blocking(), Err(wal::WalError::Closed)),
+        "a checkpoint cut short by a close is not reported as taken"
+    );
+    let (_log, recovery) = open(&sim, small_segments(256)).unwrap();
+    assert_eq!(full_history(&recovery), history);
+    assert!(
+        names(&sim).iter().all(|n| !n.ends_with(".tmp")),
+        "the next open removes the unfinished snapshot: {:?}",
+        names(&sim)
+    );
+}
