@@ -16,7 +16,7 @@ mod step;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -64,6 +64,9 @@ pub(crate) struct Inner<R: Resource> {
     /// Set by `close`: appends that fail with `Closed` after it are expected, not a log failure.
     pub(crate) closing: AtomicBool,
     pub(crate) fatal_notify: tokio::sync::Notify,
+    /// The last checkpoint's encoded size: the next one's buffer starts that large, instead of
+    /// growing by doubling through megabytes (each step a copy and fresh pages to fault in).
+    pub(crate) snapshot_bytes: Arc<AtomicUsize>,
     /// Whom in-doubt transactions are asked about (`decision_client`).
     pub(crate) coordinators: crate::decision_client::Coordinators,
     /// Held for the life of the process: the exclusive lock on `<data-dir>/LOCK`.
@@ -132,6 +135,7 @@ impl<R: Resource> Participant<R> {
                 fatal: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 fatal_notify: tokio::sync::Notify::new(),
+                snapshot_bytes: Arc::new(AtomicUsize::new(0)),
                 coordinators,
                 _dir_lock: dir_lock,
             }),

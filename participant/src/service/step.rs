@@ -14,6 +14,7 @@
 //! The step also takes the checkpoints, paced by the live state's size.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use protocol::{DecisionQuery, TxId};
 use wal::{AppendTicket, Durability, WalError};
@@ -215,11 +216,17 @@ impl<R: Resource> Participant<R> {
     /// failure stops the process.
     fn checkpoint_locked(&self, state: &State<R>) {
         let snapshot = state.engine.snapshot();
+        let size = Arc::clone(&self.inner.snapshot_bytes);
         let ticket = self.inner.wal.checkpoint_with(move || {
             if crash::checkpoint_unencodable() {
                 return Err(format!("fault point {}", crash::CHECKPOINT_UNENCODABLE));
             }
-            serde_json::to_vec(&snapshot).map_err(|error| error.to_string())
+            // Room for the state's growth since the last one, so one allocation nearly always.
+            let last = size.load(Ordering::Relaxed);
+            let mut bytes = Vec::with_capacity(last.saturating_add(last / 4));
+            serde_json::to_writer(&mut bytes, &snapshot).map_err(|error| error.to_string())?;
+            size.store(bytes.len(), Ordering::Relaxed);
+            Ok(bytes)
         });
         // Weak: a checkpoint in flight must not keep the participant (and its directory lock)
         // alive after its owner dropped it.
