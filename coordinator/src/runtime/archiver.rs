@@ -16,12 +16,17 @@ use tracing::{error, info, warn};
 use super::{Core, now_ms};
 use crate::records::Retained;
 
-/// How long the archiver gathers outcomes after the first one before writing them: an fsync
-/// per ~50 ms whatever the load, and staging holds about that long's outcomes. A batch is
-/// written when this time is up, even if it filled sooner (over 20,000 outcomes a second).
-pub const ARCHIVE_BATCH_WAIT: Duration = Duration::from_millis(50);
-/// Most outcomes per write transaction.
+/// The longest an outcome waits in staging for company before its batch is written: at one
+/// client a write (a redb commit, with its fsyncs on the log's disk) per second instead of one
+/// per transaction or per tick. The log, not the index, makes an outcome durable, so the wait
+/// costs no safety; staging holds at most this long's outcomes, or [`ARCHIVE_BATCH_MAX`].
+pub const ARCHIVE_BATCH_WAIT: Duration = Duration::from_secs(1);
+/// Most outcomes per write transaction; a batch this full is written without waiting longer.
 pub const ARCHIVE_BATCH_MAX: usize = 1_000;
+/// How often the archiver looks at what came while it gathers. Waiting in `recv` instead woke
+/// this task (often a parked worker with it) and re-armed its timer for every ended
+/// transaction: a cost per transaction where one per tick will do (issue 28).
+const GATHER_TICK: Duration = Duration::from_millis(50);
 /// The longest pause between retries of a failed write.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
@@ -33,25 +38,21 @@ pub async fn archiver(core: Weak<Core>, mut staged: UnboundedReceiver<Retained>)
     let mut failures: u32 = 0;
     let mut open = true;
     while open || !pending.is_empty() {
-        if pending.is_empty() {
+        let write_by = if pending.is_empty() {
             match staged.recv().await {
                 Some(retained) => pending.push(retained),
                 None => return,
             }
+            Instant::now() + ARCHIVE_BATCH_WAIT
+        } else {
+            // A batch whose write failed goes again as soon as its pause is over.
+            Instant::now()
+        };
+        while open && pending.len() < ARCHIVE_BATCH_MAX && Instant::now() < write_by {
+            tokio::time::sleep_until((Instant::now() + GATHER_TICK).min(write_by)).await;
+            open = take_staged(&mut staged, &mut pending);
         }
-        // Sleep through the gathering time, then take what came. Waiting in `recv` instead
-        // woke this task (often a parked worker with it) and re-armed its timer for every
-        // ended transaction: a cost per transaction where one per batch will do (issue 28).
-        if open && pending.len() < ARCHIVE_BATCH_MAX {
-            tokio::time::sleep_until(Instant::now() + ARCHIVE_BATCH_WAIT).await;
-        }
-        while open && pending.len() < ARCHIVE_BATCH_MAX {
-            match staged.try_recv() {
-                Ok(retained) => pending.push(retained),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => open = false,
-            }
-        }
+        open = open && take_staged(&mut staged, &mut pending);
         let Some(core) = core.upgrade() else {
             return;
         };
@@ -136,4 +137,16 @@ pub async fn archiver(core: Weak<Core>, mut staged: UnboundedReceiver<Retained>)
             }
         }
     }
+}
+
+/// Moves what is staged into `pending`, up to a batch; false once the engine's side is gone.
+fn take_staged(staged: &mut UnboundedReceiver<Retained>, pending: &mut Vec<Retained>) -> bool {
+    while pending.len() < ARCHIVE_BATCH_MAX {
+        match staged.try_recv() {
+            Ok(retained) => pending.push(retained),
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => return false,
+        }
+    }
+    true
 }
