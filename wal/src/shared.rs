@@ -1,8 +1,10 @@
 //! State shared by the `Wal` handles and the writer thread: the request queue, the poison flag and
 //! the counters behind `WalStats`.
 
+use std::mem;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::error::WalError;
 use crate::ticket::Completer;
@@ -62,6 +64,41 @@ pub struct Queue {
     pub requests: Vec<Request>,
     /// Set by `Wal::close` (or dropping the last handle): the writer drains and exits.
     pub closed: bool,
+    /// A request the writer takes at once is queued (anything but a background append): set
+    /// with the one wake-up it costs, cleared when the writer takes the queue.
+    pub urgent: bool,
+    /// When the oldest queued background append came; the writer takes it by
+    /// [`crate::WalOptions::background_delay`] after.
+    pub background_since: Option<Instant>,
+    /// The writer waits with no deadline: the next background append wakes it to set one.
+    pub writer_parked: bool,
+}
+
+impl Queue {
+    /// Queues `request`; true when the writer must be woken for it.
+    pub fn push(&mut self, request: Request) -> bool {
+        let background = matches!(
+            request,
+            Request::Append {
+                durability: Durability::Background,
+                ..
+            }
+        );
+        self.requests.push(request);
+        if background {
+            self.background_since.get_or_insert_with(Instant::now);
+            mem::take(&mut self.writer_parked)
+        } else {
+            !mem::replace(&mut self.urgent, true)
+        }
+    }
+
+    /// Everything queued, for the writer.
+    pub fn take(&mut self, into: &mut Vec<Request>) {
+        mem::swap(into, &mut self.requests);
+        self.urgent = false;
+        self.background_since = None;
+    }
 }
 
 impl Shared {
@@ -72,8 +109,7 @@ impl Shared {
         if queue.closed {
             return;
         }
-        queue.requests.push(request);
-        let wake = queue.requests.len() == 1;
+        let wake = queue.push(request);
         drop(queue);
         if wake {
             self.wake.notify_one();

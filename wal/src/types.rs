@@ -12,6 +12,9 @@ pub struct WalOptions {
     pub sync: SyncPolicy,
     /// Longest a [`Durability::Grouped`] append waits for other records to share its fdatasync.
     pub group_delay: std::time::Duration,
+    /// Longest a [`Durability::Background`] append waits in the queue for something else to
+    /// wake the writer.
+    pub background_delay: std::time::Duration,
 }
 
 impl Default for WalOptions {
@@ -20,6 +23,7 @@ impl Default for WalOptions {
             segment_bytes_max: 64 * 1024 * 1024,
             sync: SyncPolicy::Fsync,
             group_delay: std::time::Duration::from_millis(1),
+            background_delay: std::time::Duration::from_millis(10),
         }
     }
 }
@@ -54,6 +58,12 @@ pub enum Durability {
     /// Resolves once the record is written (in the page cache); it becomes durable with the next
     /// sync of the log (the next forced append, a segment roll, or a checkpoint).
     Lazy,
+    /// Like `Lazy`, but the record does not wake the writer: it is written with the next batch
+    /// something else wakes it for, or [`WalOptions::background_delay`] after it came, whichever is first.
+    /// For records nobody waits on (a coordinator's `Begin`, acks and `End`): each `Lazy` one
+    /// cost a wake-up of the writer thread and a write of its own. A process killed meanwhile
+    /// loses them, as a power cut loses any record not yet synced.
+    Background,
     /// Resolves only after an fdatasync covers the record, like `Forced`, but that fdatasync may
     /// wait up to [`WalOptions::group_delay`] for a forced append to share it. For records whose
     /// waiter is off every latency-critical path (a participant's commit before its ack): at low

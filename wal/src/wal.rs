@@ -170,9 +170,8 @@ impl Wal {
         if queue.closed {
             return AppendTicket::ready(Err(WalError::Closed));
         }
-        queue.requests.push(request(completer));
-        // The writer only sleeps on an empty queue.
-        let wake = queue.requests.len() == 1;
+        // The writer sleeps until something urgent is queued or a deadline passes.
+        let wake = queue.push(request(completer));
         drop(queue);
         if wake {
             shared.wake.notify_one();

@@ -1,8 +1,10 @@
 //! The writer thread: group commit. It takes everything queued, encodes it into one buffer, does
 //! one write and (if any request needs durability) one fdatasync, then resolves the tickets. While
 //! it syncs, new requests queue up and form the next batch: no artificial delay for forced
-//! appends. The one timer is for `Durability::Grouped` appends, which wait at most
-//! `group_delay` for a forced append to share their fdatasync before taking one of their own.
+//! appends. The timers are for `Durability::Grouped` appends, which wait at most `group_delay`
+//! for a forced append to share their fdatasync before taking one of their own, and for
+//! `Durability::Background` ones, which wake nobody and wait at most `background_delay` for a
+//! batch to ride in.
 
 use std::mem;
 use std::path::PathBuf;
@@ -51,6 +53,10 @@ pub struct Writer {
     grouped: Vec<(Completer, u64)>,
     /// When the oldest of `grouped` was submitted: it gets its fdatasync by `group_delay` after.
     grouped_since: Option<Instant>,
+    /// When the writer last took a batch. For `background_delay` after it, the writer waits
+    /// with that deadline rather than with none, so the background appends that follow a
+    /// batch (a decision's acks) need not wake it to set one.
+    last_batch_at: Instant,
     /// Records in `buf`, for the stats.
     unwritten_records: u64,
     /// A deferred checkpoint whose snapshot is being encoded on another thread.
@@ -113,6 +119,7 @@ impl Writer {
             pending_forced: false,
             grouped: Vec::new(),
             grouped_since: None,
+            last_batch_at: Instant::now(),
             unwritten_records: 0,
             in_progress: None,
         };
@@ -128,17 +135,34 @@ impl Writer {
         loop {
             {
                 let mut queue = self.shared.lock_queue();
-                while queue.requests.is_empty() && !queue.closed {
-                    let Some(since) = self.grouped_since else {
+                while !queue.urgent && !queue.closed {
+                    let background_due = queue
+                        .background_since
+                        .map(|at| at + self.options.background_delay);
+                    let grouped_due = self.grouped_since.map(|at| at + self.options.group_delay);
+                    let due = match (background_due, grouped_due) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    // Only a due deadline is a reason to take the queue; the end of the
+                    // busy time is only the end of this wait.
+                    let busy_until = self.last_batch_at + self.options.background_delay;
+                    let wait_until = due.or((Instant::now() < busy_until).then_some(busy_until));
+                    let Some(wait_until) = wait_until else {
+                        queue.writer_parked = true;
                         queue = self
                             .shared
                             .wake
                             .wait(queue)
                             .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        queue.writer_parked = false;
                         continue;
                     };
-                    let Some(left) = self.options.group_delay.checked_sub(since.elapsed()) else {
-                        break;
+                    let Some(left) = wait_until.checked_duration_since(Instant::now()) else {
+                        if due.is_some() {
+                            break;
+                        }
+                        continue;
                     };
                     queue = self
                         .shared
@@ -151,7 +175,7 @@ impl Writer {
                     self.sync_on_close();
                     return;
                 }
-                mem::swap(&mut batch, &mut queue.requests);
+                queue.take(&mut batch);
             }
             if batch.is_empty() {
                 // Nothing forced came within `group_delay`: the grouped appends sync alone,
@@ -163,6 +187,7 @@ impl Writer {
                 }
                 continue;
             }
+            self.last_batch_at = Instant::now();
             self.process(&mut batch);
             std::thread::yield_now();
         }
@@ -271,7 +296,8 @@ impl Writer {
                 self.grouped.push((completer, seq));
                 self.grouped_since.get_or_insert_with(Instant::now);
             }
-            (Durability::Lazy, _) | (Durability::Grouped, SyncPolicy::Never) => {
+            (Durability::Lazy | Durability::Background, _)
+            | (Durability::Grouped, SyncPolicy::Never) => {
                 self.pending.push((completer, seq));
             }
         }

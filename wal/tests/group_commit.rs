@@ -307,3 +307,67 @@ fn without_fsync_a_grouped_append_resolves_at_once() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     assert_eq!(log.stats().fsyncs, 0);
 }
+
+/// Background appends wake nobody: they wait in the queue and go out in the batch of the next
+/// append that does, one write and one fsync for all of them.
+#[test]
+fn background_appends_ride_with_the_next_forced_one() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        // Long enough that only the forced append can be what takes them.
+        background_delay: std::time::Duration::from_secs(30),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    let batches_before = log.stats().batches;
+    let background: Vec<_> = (1..=3)
+        .map(|i| log.submit(RecordType(1), payload(i, 8), Durability::Background))
+        .collect();
+    // Time for a writer that was woken to have written them.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(log.stats().records_appended, 0, "nothing woke the writer");
+    assert_eq!(log.stats().batches, batches_before);
+    log.submit(RecordType(1), payload(4, 8), Durability::Forced)
+        .wait_blocking()
+        .unwrap();
+    let seqs: Vec<u64> = background
+        .into_iter()
+        .map(|ticket| ticket.wait_blocking().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(
+        log.stats().batches,
+        batches_before + 1,
+        "one batch for all four"
+    );
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 4);
+}
+
+/// With nothing else coming, a background append is still written, by its delay: a writer
+/// asleep with no deadline is woken once to set one.
+#[test]
+fn a_lone_background_append_is_written_by_its_delay() {
+    let sim = SimStorage::new();
+    let options = WalOptions {
+        background_delay: std::time::Duration::from_millis(20),
+        ..WalOptions::default()
+    };
+    let (log, _) = open(&sim, options).unwrap();
+    // Let the writer fall asleep with no deadline first.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (done, written) = std::sync::mpsc::channel();
+    let ticket = log.submit(RecordType(1), payload(1, 8), Durability::Background);
+    std::thread::spawn(move || done.send(ticket.wait_blocking()));
+    let outcome = written
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("a background append nobody else follows was never written");
+    assert_eq!(outcome.unwrap(), 1);
+    assert_eq!(log.stats().records_appended, 1);
+    // Written, not synced: a power cut may take it, as it may take a lazy append.
+    log.submit(RecordType(1), payload(2, 8), Durability::Forced)
+        .wait_blocking()
+        .unwrap();
+    let history = history_after_power_loss(&sim, log);
+    assert_eq!(history.len(), 2);
+}

@@ -47,13 +47,23 @@ impl Core {
                             | LogRecord::Saga(_)
                             | LogRecord::Lease(_) => {}
                         }
+                        // Nobody waits on these. An ack or an `End` need not wake the log's
+                        // writer either: it goes out with the next batch, or 10 ms later, and a
+                        // crash that loses it only has the restart send a decision again. The
+                        // others stay in the page cache as soon as the writer can put them there,
+                        // so that a killed process's restart finds every `Begin` whose prepares
+                        // went out and aborts those at once, without waiting to be asked.
+                        let durability = match record {
+                            LogRecord::Ack(_) | LogRecord::End(_) => Durability::Background,
+                            _ => Durability::Lazy,
+                        };
                         let ticket = self.wal.submit(
                             RecordType(record.record_type()),
                             record.encode(),
-                            Durability::Lazy,
+                            durability,
                         );
-                        // A lazy append's failure poisons the log, which the housekeeping task
-                        // reports and the API turns into 503s; nobody waits on it here.
+                        // A failure poisons the log, which the housekeeping task reports and the
+                        // API turns into 503s.
                         drop(ticket);
                     }
                     Command::AppendDecision(decision) => {
