@@ -47,14 +47,15 @@ impl Core {
                             | LogRecord::Saga(_)
                             | LogRecord::Lease(_) => {}
                         }
-                        // Nobody waits on these. An ack or an `End` need not wake the log's
-                        // writer either: it goes out with the next batch, or 10 ms later, and a
-                        // crash that loses it only has the restart send a decision again. The
-                        // others stay in the page cache as soon as the writer can put them there,
-                        // so that a killed process's restart finds every `Begin` whose prepares
-                        // went out and aborts those at once, without waiting to be asked.
+                        // Nobody waits on these. An `End` need not wake the log's writer
+                        // either: it goes out with the next batch, or 10 ms later, and a crash
+                        // that loses it only has the restart end the transaction again. The
+                        // others reach the page cache as soon as the writer can put them there,
+                        // so that a killed process's restart still knows them: every `Begin`
+                        // whose prepares went out (aborted at once, without waiting to be asked)
+                        // and every ack a `?wait=acked` answer already reported.
                         let durability = match record {
-                            LogRecord::Ack(_) | LogRecord::End(_) => Durability::Background,
+                            LogRecord::End(_) => Durability::Background,
                             _ => Durability::Lazy,
                         };
                         let ticket = self.wal.submit(
