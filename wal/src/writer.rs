@@ -495,15 +495,10 @@ impl Writer {
             in_progress.covered, covered,
             "one deferred checkpoint at a time: the written one is the one in progress"
         );
-        let outcome = match written {
-            // The owner's failure, not the log's: nothing was written, the log stays healthy.
-            Err(error @ (WalError::SnapshotEncode(_) | WalError::SnapshotTooLarge { .. })) => {
-                Err(error)
-            }
-            // Records after `covered` are in segments that stay: nothing to flush first.
-            Ok(len) => self.install_snapshot(covered, in_progress.obsolete, len),
-            Err(error) => Err(error),
-        };
+        // Records after `covered` are in segments that stay: nothing to flush first.
+        let outcome =
+            written.and_then(|len| self.install_snapshot(covered, in_progress.obsolete, len));
+        // The owner's failures (nothing was written) leave the log healthy; the disk's do not.
         if let Err(error) = &outcome
             && !matches!(
                 error,
