@@ -508,7 +508,7 @@ fn p_recover(
     }
     let prepared: BTreeSet<GlobalTxId> =
         engine.prepared_list().into_iter().map(|p| p.gtid).collect();
-    let tombstones = engine.snapshot().tombstones;
+    let tombstones = engine.snapshot().unwrap().tombstones;
     let decided = |gtid: &GlobalTxId| tombstones.iter().any(|t| &t.gtid == gtid);
     let store = engine.resource();
     for txid in &acked.yes {
@@ -578,7 +578,7 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                     checkpoint(
                         &wal,
                         &mut ledger,
-                        serde_json::to_vec(&engine.snapshot()).unwrap(),
+                        serde_json::to_vec(&engine.snapshot().unwrap()).unwrap(),
                     )?;
                 }
                 for _ in 0..rng.usize(1..30) {
@@ -642,7 +642,7 @@ fn participant_log_survives_crashes_with_every_acknowledged_vote_and_ack() {
                         checkpoint(
                             &wal,
                             &mut ledger,
-                            serde_json::to_vec(&engine.snapshot()).unwrap(),
+                            serde_json::to_vec(&engine.snapshot().unwrap()).unwrap(),
                         )?;
                     }
                 }

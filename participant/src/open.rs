@@ -157,8 +157,10 @@ impl<R: Resource> Participant<R> {
         }
         if first_start {
             // The initial state (a seed) becomes durable before anything can depend on it.
-            let snapshot =
-                serde_json::to_vec(&engine.snapshot()).map_err(|source| OpenError::Snapshot {
+            let snapshot = engine
+                .snapshot()
+                .and_then(|snapshot| serde_json::to_vec(&snapshot))
+                .map_err(|source| OpenError::Snapshot {
                     dir: dir.clone(),
                     source,
                 })?;

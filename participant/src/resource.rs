@@ -95,6 +95,15 @@ pub trait Resource: Send + 'static {
     /// The committed state, for checkpoints.
     fn snapshot(&self) -> serde_json::Value;
 
+    /// The committed state as JSON text, for checkpoints: what [`Resource::snapshot`] gives,
+    /// encoded. It is taken under the participant's lock, so a store that can encode itself
+    /// straight to text should: building a `Value` of a whole large store (an allocation per
+    /// entry, then freed) held every request up and cost more than the encoding itself. The
+    /// default encodes `snapshot()`.
+    fn snapshot_json(&self) -> Result<Box<serde_json::value::RawValue>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self.snapshot())
+    }
+
     /// Rebuilds the committed state from `snapshot`.
     fn restore(snapshot: serde_json::Value) -> Result<Self, String>
     where

@@ -5,6 +5,7 @@
 
 use protocol::{CoordinatorId, Epoch, GlobalTxId, Incarnation, TxId};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::engine::{Engine, EngineConfig, LoggedPrepare, ReplayError, Sender};
 use crate::record::Fence;
@@ -24,7 +25,7 @@ const SNAPSHOT_FORMAT_BEFORE_STEP_KEYS: u32 = 2;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
     pub format: u32,
-    pub resource: serde_json::Value,
+    pub resource: ResourceState,
     pub prepared: Vec<PreparedSnapshot>,
     pub epochs: Vec<EpochEntry>,
     pub tombstones: Vec<Tombstone>,
@@ -43,6 +44,41 @@ pub struct Snapshot {
     /// cut with the store and the fences: a write and its intents are in it together or not.
     #[serde(default, skip_serializing_if = "crate::outbox::Outbox::is_empty")]
     pub outbox: crate::outbox::Outbox,
+}
+
+/// The resource's committed state in a snapshot: as the resource encoded it when the snapshot
+/// was taken (see [`Resource::snapshot_json`]), or as parsed when one is read. Either is the
+/// same JSON document.
+#[derive(Debug, Clone)]
+pub enum ResourceState {
+    Encoded(Box<RawValue>),
+    Parsed(serde_json::Value),
+}
+
+impl ResourceState {
+    fn into_value(self) -> Result<serde_json::Value, String> {
+        match self {
+            ResourceState::Parsed(value) => Ok(value),
+            ResourceState::Encoded(text) => {
+                serde_json::from_str(text.get()).map_err(|e| format!("resource state: {e}"))
+            }
+        }
+    }
+}
+
+impl Serialize for ResourceState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ResourceState::Encoded(text) => text.serialize(serializer),
+            ResourceState::Parsed(value) => value.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(ResourceState::Parsed)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,11 +116,12 @@ pub struct EpochEntry {
 }
 
 impl<R: Resource> Engine<R> {
-    /// Everything needed to rebuild this engine.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
+    /// Everything needed to rebuild this engine. Fails only if the resource cannot encode its
+    /// state.
+    pub fn snapshot(&self) -> Result<Snapshot, serde_json::Error> {
+        Ok(Snapshot {
             format: SNAPSHOT_FORMAT,
-            resource: self.resource.snapshot(),
+            resource: ResourceState::Encoded(self.resource.snapshot_json()?),
             prepared: self
                 .prepared
                 .iter()
@@ -123,7 +160,7 @@ impl<R: Resource> Engine<R> {
                 .collect(),
             fences: self.fences.clone(),
             outbox: self.outbox.clone(),
-        }
+        })
     }
 
     /// Rebuilds an engine from a snapshot, prepared attempts with their locks held. The
@@ -137,7 +174,11 @@ impl<R: Resource> Engine<R> {
                 snapshot.format
             )));
         }
-        let resource = R::restore(snapshot.resource).map_err(ReplayError::Snapshot)?;
+        let resource = snapshot
+            .resource
+            .into_value()
+            .and_then(R::restore)
+            .map_err(ReplayError::Snapshot)?;
         let mut engine = Engine::new(config, resource);
         engine.fences = snapshot.fences;
         engine.fences.reindex();

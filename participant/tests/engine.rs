@@ -543,7 +543,7 @@ fn replaying_the_log_and_restoring_a_snapshot_rebuild_the_same_state() {
     );
 
     let mut replayed = replayed(&log);
-    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot().unwrap()).unwrap();
     for other in [&mut replayed, &mut { restored }] {
         assert_eq!(other.resource(), e.resource());
         assert_eq!(other.prepared_list(), e.prepared_list());
@@ -605,7 +605,7 @@ fn assert_prepared_with_locks(e: &mut Engine<Tally>, g: &GlobalTxId, key: &str, 
         "the prepared record supersedes the tombstone"
     );
     assert!(
-        e.snapshot().tombstones.is_empty(),
+        e.snapshot().unwrap().tombstones.is_empty(),
         "and no checkpoint keeps it"
     );
     match reply(&p(e, "rival", 9, add(key, 1))) {
@@ -631,7 +631,7 @@ fn a_prepared_record_after_a_snapshot_tombstone_restores_the_prepared_attempt() 
     let g = gtid("late");
     let mut live = engine();
     live.replay(aborted).unwrap();
-    let snapshot = live.snapshot();
+    let snapshot = live.snapshot().unwrap();
     assert!(
         snapshot.tombstones.iter().any(|t| t.gtid == g),
         "the checkpoint holds the tombstone"
@@ -652,7 +652,7 @@ fn a_snapshot_holding_an_attempt_both_prepared_and_as_a_tombstone_restores_it_pr
         reply(&p(&mut live, "late", 1, add("a", 4))),
         Reply::Vote(Vote::Yes)
     );
-    let mut snapshot = live.snapshot();
+    let mut snapshot = live.snapshot().unwrap();
     snapshot.tombstones.insert(
         0,
         Tombstone {
@@ -774,7 +774,7 @@ fn a_prepare_reusing_a_committed_gtid_must_carry_the_committed_payload() {
             now_ms: 20,
         },
     );
-    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot().unwrap()).unwrap();
     // The digest lives in the tombstone: the same answers after replay and after a checkpoint.
     for mut e in [live, replayed(&log), restored] {
         let other = p(&mut e, "t1", 1, add("a", 2));
@@ -900,7 +900,7 @@ fn a_fence_survives_replay_and_checkpoints_with_its_incarnation() {
         },
     );
     assert_eq!(rejected(&reply(&ghost)), Some(ErrorCode::NotPrepared));
-    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), live.snapshot().unwrap()).unwrap();
     for mut e in [replayed(&log), restored] {
         assert_eq!(
             e.highest_epoch(&coord(C1)),
@@ -1132,7 +1132,7 @@ fn an_attempt_whose_tombstone_expired_is_never_prepared_again() {
     assert_eq!(e.tombstones_len(), 0);
     assert!(no()(&reply(&late(&mut e, &below, 10_000))));
     // The mark survives a checkpoint.
-    let mut e = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
+    let mut e = Engine::<Tally>::restore(no_wait(), e.snapshot().unwrap()).unwrap();
     assert!(no()(&reply(&late(&mut e, &old, 10_000))));
     // Later positions of that run, and other runs, are judged afresh.
     assert_eq!(reply(&late(&mut e, &newer, 10_000)), Reply::Vote(Vote::Yes));
@@ -1270,7 +1270,7 @@ fn the_participants_a_prepare_named_are_vouched_for_across_replay_and_snapshots(
     assert!(no()(&step(&mut e, &mut log, renamed)));
     // The list is in the forced record, so a restart and a checkpoint keep vouching for it.
     assert_eq!(vouched(&replayed(&log)).participants, names(&list));
-    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(no_wait(), e.snapshot().unwrap()).unwrap();
     assert_eq!(vouched(&restored).participants, names(&list));
     // A prepare that named no list (an older coordinator) vouches for none.
     p(&mut e, "t2", 1, add("b", 1));

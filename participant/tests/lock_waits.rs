@@ -445,7 +445,7 @@ fn after_a_restart_waiters_are_gone_and_holders_keep_their_locks_and_age() {
     for record in &log {
         replayed.replay(record.clone()).unwrap();
     }
-    let restored = Engine::<Tally>::restore(config(1_000, 16), e.snapshot()).unwrap();
+    let restored = Engine::<Tally>::restore(config(1_000, 16), e.snapshot().unwrap()).unwrap();
     for mut r in [replayed, restored] {
         assert_eq!(r.waiting_len(), 0, "waiters are never logged");
         assert_eq!(prepared(&r), vec![gtid("h")]);

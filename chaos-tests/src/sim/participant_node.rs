@@ -250,7 +250,7 @@ impl ParticipantNode {
     pub fn checkpoint(&mut self, io: &mut Io) {
         let Some(engine) = &self.engine else { return };
         let snapshot = PartSnapshot {
-            engine: engine.snapshot(),
+            engine: engine.snapshot().expect("a sim store always encodes"),
             ended: self.ended.clone(),
         };
         let newly = self.disk.checkpoint(snapshot);

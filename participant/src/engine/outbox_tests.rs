@@ -297,7 +297,7 @@ fn old_snapshots_without_an_outbox_load_and_new_ones_carry_it() {
         write("w-1", json!([]), vec![intent("e-1", "a")]),
         &mut log,
     );
-    let mut snapshot = serde_json::to_value(engine.snapshot()).unwrap();
+    let mut snapshot = serde_json::to_value(engine.snapshot().unwrap()).unwrap();
     let restored =
         Engine::<KvStore>::restore(config(), serde_json::from_value(snapshot.clone()).unwrap())
             .unwrap();
@@ -489,7 +489,8 @@ impl Run {
                 });
             }
             Op::Checkpoint => {
-                self.checkpoint = Some(serde_json::to_value(self.engine.snapshot()).unwrap());
+                self.checkpoint =
+                    Some(serde_json::to_value(self.engine.snapshot().unwrap()).unwrap());
                 self.log.clear();
             }
             Op::Restart => {

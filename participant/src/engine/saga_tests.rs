@@ -255,7 +255,7 @@ fn replay_and_a_snapshot_keep_each_coordinators_steps_apart() {
     assert_eq!(replayed.saga_barrier(), live.saga_barrier());
     assert_eq!(stock(&replayed), stock(&live));
     assert_eq!(answers(&replayed), answers(&live));
-    let json = serde_json::to_string(&live.snapshot()).unwrap();
+    let json = serde_json::to_string(&live.snapshot().unwrap()).unwrap();
     let restored = Engine::<KvStore>::restore(
         EngineConfig::default(),
         serde_json::from_str(&json).unwrap(),
@@ -316,7 +316,7 @@ fn a_format_2_snapshot_loads_its_steps_as_legacy_entries() {
         &op("c-a", "s1", "reserve", OpKind::Action, take(3)),
         OpKind::Action,
     );
-    let mut old = serde_json::to_value(before.snapshot()).unwrap();
+    let mut old = serde_json::to_value(before.snapshot().unwrap()).unwrap();
     old["format"] = json!(2);
     old.as_object_mut().unwrap().remove("saga_steps");
     old["saga_barrier"] = json!([["s1:reserve", {"action": {"answer": "done"}}]]);
@@ -356,7 +356,7 @@ fn a_format_2_snapshot_loads_its_steps_as_legacy_entries() {
     let (_, record) = run(&mut engine, &undo, OpKind::Compensation);
     assert_eq!(stock(&engine), 10);
     assert_eq!(engine.saga_barrier_len(), 1);
-    let snapshot = serde_json::to_value(engine.snapshot()).unwrap();
+    let snapshot = serde_json::to_value(engine.snapshot().unwrap()).unwrap();
     assert_eq!(snapshot["format"], 3);
     assert!(snapshot["saga_steps"][0].get("coordinator_id").is_none());
     let mut again = Engine::<KvStore>::restore(
@@ -369,7 +369,7 @@ fn a_format_2_snapshot_loads_its_steps_as_legacy_entries() {
     let mut replayed = Engine::<KvStore>::restore(
         EngineConfig::default(),
         serde_json::from_value({
-            let mut old = serde_json::to_value(before.snapshot()).unwrap();
+            let mut old = serde_json::to_value(before.snapshot().unwrap()).unwrap();
             old["format"] = json!(2);
             old.as_object_mut().unwrap().remove("saga_steps");
             old["saga_barrier"] = json!([["s1:reserve", {"action": {"answer": "done"}}]]);
@@ -387,7 +387,7 @@ fn a_format_2_snapshot_loads_its_steps_as_legacy_entries() {
 
 #[test]
 fn a_format_2_key_that_is_not_saga_and_step_is_refused_by_name() {
-    let mut old = serde_json::to_value(engine().snapshot()).unwrap();
+    let mut old = serde_json::to_value(engine().snapshot().unwrap()).unwrap();
     old["format"] = json!(2);
     old["saga_barrier"] = json!([["nocolon", {}]]);
     let refused = Engine::<KvStore>::restore(

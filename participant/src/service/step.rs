@@ -223,6 +223,7 @@ impl<R: Resource> Participant<R> {
             }
             // Room for the state's growth since the last one, so one allocation nearly always.
             let last = size.load(Ordering::Relaxed);
+            let snapshot = snapshot.map_err(|error| error.to_string())?;
             let mut bytes = Vec::with_capacity(last.saturating_add(last / 4));
             serde_json::to_writer(&mut bytes, &snapshot).map_err(|error| error.to_string())?;
             size.store(bytes.len(), Ordering::Relaxed);

@@ -143,7 +143,7 @@ impl World {
             self.send(answer);
         }
         if self.rng.u32(0..20) == 0 {
-            self.part_snapshot = Some(self.part.snapshot());
+            self.part_snapshot = Some(self.part.snapshot().expect("a sim store always encodes"));
             self.part_log.durable.clear();
         }
     }

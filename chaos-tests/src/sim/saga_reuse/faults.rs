@@ -31,7 +31,11 @@ impl World {
         if !part.up {
             return;
         }
-        match serde_json::to_string(&part.engine.snapshot()) {
+        match part
+            .engine
+            .snapshot()
+            .and_then(|s| serde_json::to_string(&s))
+        {
             Ok(json) => {
                 part.checkpoint = Some(json);
                 part.log.clear();
