@@ -49,7 +49,7 @@ pub struct NodeArgs {
 #[derive(Debug)]
 pub struct FloorCluster {
     relay: Node,
-    _leaves: Vec<Node>,
+    leaves: Vec<Node>,
 }
 
 impl FloorCluster {
@@ -95,12 +95,22 @@ impl FloorCluster {
             .map_err(anyhow::Error::msg)?;
         Ok(Self {
             relay,
-            _leaves: leaf_nodes,
+            leaves: leaf_nodes,
         })
     }
 
     pub fn relay_url(&self) -> String {
         self.relay.url()
+    }
+
+    /// The processes a floor cell runs on: the bench itself (the client), the relay and the
+    /// leaves; `None` if any pid is unknown.
+    pub fn pids(&self) -> Option<Vec<u32>> {
+        let mut pids = vec![std::process::id(), self.relay.pid()?];
+        for leaf in &self.leaves {
+            pids.push(leaf.pid()?);
+        }
+        Some(pids)
     }
 }
 

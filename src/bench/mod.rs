@@ -21,19 +21,20 @@ mod pg_checks;
 mod pg_server_cpu;
 mod postgres;
 mod sagas;
+mod table;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 
 use coordinator::http_client::Endpoint;
 
 use crate::latency::quantile;
 use crate::metrics_text;
 use cluster::cluster::{ClusterSpec, LocalCluster};
+use table::{Cell, HotCell, print_hot_table, print_table};
 
 /// The WAL fsync counter every service exposes on `/metrics`.
 const FSYNCS_METRIC: &str = "twopc_wal_fsyncs_total";
@@ -118,34 +119,6 @@ pub struct Args {
     pub outbox_relay_flags: Option<String>,
     #[command(flatten)]
     pub client: crate::client::ClientArgs,
-}
-
-/// One row of the table.
-#[derive(Debug, Clone, Serialize)]
-pub struct Cell {
-    pub participants: usize,
-    pub concurrency: usize,
-    pub committed_per_s: f64,
-    pub failed: u64,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    pub p999_ms: Option<f64>,
-    pub baseline_per_s: Option<f64>,
-    /// committed_per_s / baseline_per_s.
-    pub ratio: Option<f64>,
-    /// The same exchanges through a relay and leaves that do nothing else (see `floor`).
-    pub floor_per_s: Option<f64>,
-    /// committed_per_s / floor_per_s.
-    pub share_of_floor: Option<f64>,
-    /// CPU time (user + system) of the bench's client and every server of the durable cluster
-    /// during the cell, per transaction committed in it (warm-up included on both sides).
-    /// `None` against `--target-coordinator` or where `/proc` is not there.
-    pub cpu_us_per_tx: Option<f64>,
-    /// Median raw `write + fdatasync` of one record on the logs' disk, measured just before
-    /// the cell (own cluster only): what a single forced log write cannot beat.
-    pub disk_fsync_p50_us: Option<f64>,
-    /// fsyncs by the coordinator and participants, per committed transaction.
-    pub fsyncs_per_tx: Option<f64>,
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -395,29 +368,39 @@ async fn run(args: Args) -> Result<()> {
                 load::run(&durable.coordinator, &format!("{cell_id}d"), names, shape).await;
             let cpu_after = pids.as_deref().and_then(cpu::cpu_of_all);
             let fsyncs_after = fsyncs(&client, &durable).await;
-            let base = match &baseline {
-                Some(b) => Some(
-                    load::run(
+            let (base, baseline_cpu_us_per_tx) = match &baseline {
+                Some(b) => {
+                    let pids = b.pids();
+                    let before = pids.as_deref().and_then(cpu::cpu_of_all);
+                    let run = load::run(
                         &b.coordinator,
                         &format!("{cell_id}b"),
                         &b.participants[..participants],
                         shape,
                     )
-                    .await,
-                ),
-                None => None,
+                    .await;
+                    let after = pids.as_deref().and_then(cpu::cpu_of_all);
+                    let per_tx = cpu::micros_per_tx(before, after, run.committed_all);
+                    (Some(run), per_tx)
+                }
+                None => (None, None),
             };
-            let floor_result = match &floor {
-                Some((_, relay)) => Some(
-                    load::run(
+            let (floor_result, floor_cpu_us_per_tx) = match &floor {
+                Some((cluster, relay)) => {
+                    let pids = cluster.pids();
+                    let before = pids.as_deref().and_then(cpu::cpu_of_all);
+                    let run = load::run(
                         relay,
                         &format!("{cell_id}f"),
                         &durable.participants[..participants],
                         shape,
                     )
-                    .await,
-                ),
-                None => None,
+                    .await;
+                    let after = pids.as_deref().and_then(cpu::cpu_of_all);
+                    let per_tx = cpu::micros_per_tx(before, after, run.committed_all);
+                    (Some(run), per_tx)
+                }
+                None => (None, None),
             };
             let ms = |q| quantile(&result.latencies, q).map(|d| d.as_secs_f64() * 1e3);
             let per_s = result.per_second();
@@ -443,6 +426,8 @@ async fn run(args: Args) -> Result<()> {
                     _ => None,
                 },
                 cpu_us_per_tx: cpu::micros_per_tx(cpu_before, cpu_after, result.committed_all),
+                baseline_cpu_us_per_tx,
+                floor_cpu_us_per_tx,
             };
             if !args.json {
                 eprintln!(
@@ -508,77 +493,4 @@ async fn run(args: Args) -> Result<()> {
     drop(floor);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
-}
-
-/// A hot-key cell: every transaction writes one key at each participant.
-#[derive(Debug, Clone, Serialize)]
-pub struct HotCell {
-    pub participants: usize,
-    pub concurrency: usize,
-    pub committed_per_s: f64,
-    /// Answered transactions that did not commit (aborted, or no valid answer), of all answered.
-    pub abort_rate: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-}
-
-fn print_hot_table(cells: &[HotCell]) {
-    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    println!();
-    println!("hot key (every transaction writes the same key at each participant):");
-    println!(
-        "{:>5} {:>5} {:>8} {:>8} {:>7} {:>7}",
-        "parts", "conc", "tx/s", "aborts", "p50 ms", "p99 ms"
-    );
-    for c in cells {
-        println!(
-            "{:>5} {:>5} {:>8.0} {:>7}% {:>7} {:>7}",
-            c.participants,
-            c.concurrency,
-            c.committed_per_s,
-            f(c.abort_rate.map(|r| r * 100.0), 1),
-            f(c.p50_ms, 2),
-            f(c.p99_ms, 2)
-        );
-    }
-}
-
-fn print_table(cells: &[Cell]) {
-    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
-    println!(
-        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>6}",
-        "parts",
-        "conc",
-        "tx/s",
-        "p50 ms",
-        "p99 ms",
-        "p999 ms",
-        "base tx/s",
-        "ratio",
-        "floor tx/s",
-        "share",
-        "fsyncs/tx",
-        "fsync us",
-        "CPU us/tx",
-        "failed"
-    );
-    for c in cells {
-        println!(
-            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>6}",
-            c.participants,
-            c.concurrency,
-            c.committed_per_s,
-            f(c.p50_ms, 2),
-            f(c.p99_ms, 2),
-            f(c.p999_ms, 2),
-            f(c.baseline_per_s, 0),
-            f(c.ratio, 2),
-            f(c.floor_per_s, 0),
-            f(c.share_of_floor, 2),
-            f(c.fsyncs_per_tx, 2),
-            f(c.disk_fsync_p50_us, 0),
-            f(c.cpu_us_per_tx, 0),
-            c.failed
-        );
-    }
 }
