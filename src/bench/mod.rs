@@ -356,49 +356,34 @@ async fn run(args: Args) -> Result<()> {
                 None
             };
             let fsyncs_before = fsyncs(&client, &durable).await;
-            let pids = durable.pids();
-            let cpu_before = pids.as_deref().and_then(cpu::cpu_of_all);
             let shape = load::Shape {
                 concurrency,
                 warmup,
                 duration: measured,
                 hot: false,
             };
-            let result =
-                load::run(&durable.coordinator, &format!("{cell_id}d"), names, shape).await;
-            let cpu_after = pids.as_deref().and_then(cpu::cpu_of_all);
+            let (result, cpu_us_per_tx) = with_cpu(
+                durable.pids(),
+                load::run(&durable.coordinator, &format!("{cell_id}d"), names, shape),
+            )
+            .await;
             let fsyncs_after = fsyncs(&client, &durable).await;
             let (base, baseline_cpu_us_per_tx) = match &baseline {
                 Some(b) => {
-                    let pids = b.pids();
-                    let before = pids.as_deref().and_then(cpu::cpu_of_all);
-                    let run = load::run(
-                        &b.coordinator,
-                        &format!("{cell_id}b"),
-                        &b.participants[..participants],
-                        shape,
-                    )
-                    .await;
-                    let after = pids.as_deref().and_then(cpu::cpu_of_all);
-                    let per_tx = cpu::micros_per_tx(before, after, run.committed_all);
-                    (Some(run), per_tx)
+                    let id = format!("{cell_id}b");
+                    let run =
+                        load::run(&b.coordinator, &id, &b.participants[..participants], shape);
+                    let (run, cpu) = with_cpu(b.pids(), run).await;
+                    (Some(run), cpu)
                 }
                 None => (None, None),
             };
             let (floor_result, floor_cpu_us_per_tx) = match &floor {
                 Some((cluster, relay)) => {
-                    let pids = cluster.pids();
-                    let before = pids.as_deref().and_then(cpu::cpu_of_all);
-                    let run = load::run(
-                        relay,
-                        &format!("{cell_id}f"),
-                        &durable.participants[..participants],
-                        shape,
-                    )
-                    .await;
-                    let after = pids.as_deref().and_then(cpu::cpu_of_all);
-                    let per_tx = cpu::micros_per_tx(before, after, run.committed_all);
-                    (Some(run), per_tx)
+                    let id = format!("{cell_id}f");
+                    let run = load::run(relay, &id, &durable.participants[..participants], shape);
+                    let (run, cpu) = with_cpu(cluster.pids(), run).await;
+                    (Some(run), cpu)
                 }
                 None => (None, None),
             };
@@ -425,7 +410,7 @@ async fn run(args: Args) -> Result<()> {
                     }
                     _ => None,
                 },
-                cpu_us_per_tx: cpu::micros_per_tx(cpu_before, cpu_after, result.committed_all),
+                cpu_us_per_tx,
                 baseline_cpu_us_per_tx,
                 floor_cpu_us_per_tx,
             };
@@ -493,4 +478,17 @@ async fn run(args: Args) -> Result<()> {
     drop(floor);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// Runs one cell's load and reads the CPU time of `pids` around it: the result and the CPU
+/// microseconds per committed transaction (`None` where `/proc` cannot say).
+async fn with_cpu(
+    pids: Option<Vec<u32>>,
+    run: impl std::future::Future<Output = load::LoadResult>,
+) -> (load::LoadResult, Option<f64>) {
+    let before = pids.as_deref().and_then(cpu::cpu_of_all);
+    let result = run.await;
+    let after = pids.as_deref().and_then(cpu::cpu_of_all);
+    let per_tx = cpu::micros_per_tx(before, after, result.committed_all);
+    (result, per_tx)
 }
