@@ -31,7 +31,7 @@ fn config() -> ParticipantConfig {
 fn open(sim: &SimStorage) -> Result<Value, OpenError> {
     let participant =
         Participant::open_with_storage(config(), std::sync::Arc::new(sim.clone()), KvStore::new)?;
-    let state = participant.with_engine(|engine| serde_json::to_value(engine.snapshot()));
+    let state = participant.with_engine(|engine| engine.snapshot().and_then(serde_json::to_value));
     participant.close();
     drop(participant);
     Ok(canonical(state.unwrap_or_else(|e| {
