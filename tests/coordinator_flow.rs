@@ -114,7 +114,9 @@ async fn commit_path_reaches_every_participant_with_identity_and_epoch() {
         (200, Some("committed")),
         "{body}"
     );
-    assert!(body["id"].as_str().unwrap().starts_with("tx-"));
+    // Generated: `tx-` and 32 hex digits (docs/api.md).
+    let id = body["id"].as_str().unwrap();
+    assert!(id.starts_with("tx-") && id.len() == 35, "{id}");
 
     let (_, metrics) = {
         let text = reqwest::get(format!("{}/metrics", c.url()))

@@ -141,8 +141,7 @@ pub async fn create(
     let digest = Digest::of_request(&valid);
     let txid = match &valid.id {
         Some(id) => id.clone(),
-        None => TxId::new(format!("tx-{:016x}", fastrand::u64(..)))
-            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?,
+        None => generated_txid()?,
     };
     let timeout_ms = valid.timeout_ms.unwrap_or(core.config().prepare_timeout_ms);
     let reply = core
@@ -408,5 +407,45 @@ fn decision_query(pairs: Vec<(String, String)>) -> Result<Option<DecisionQuery>,
             "a decision query names the attempt with all of gtid, incarnation, epoch and \
              position (from the prepare), or none of them",
         )),
+    }
+}
+
+/// The id of a transaction the client did not name: `tx-` and 128 bits from the operating
+/// system's generator, as 32 hex digits. It is the idempotency key: whoever submits under an id
+/// first owns its answer. 64 bits from a fast, non-cryptographic generator (as before) could be
+/// predicted from ids already handed out, so another client could submit under the next one
+/// first and have its outcome reported to the client that id was meant for; and among a
+/// billion transactions two would likely collide.
+fn generated_txid() -> Result<TxId, ApiError> {
+    use ring::rand::SecureRandom;
+    let mut bits = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bits)
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::Internal,
+                "the operating system's random generator failed; name the transaction (\"id\")",
+            )
+        })?;
+    TxId::new(format!("tx-{:032x}", u128::from_be_bytes(bits)))
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
+}
+
+#[cfg(test)]
+mod generated_ids {
+    use super::generated_txid;
+
+    #[test]
+    fn a_generated_id_is_tx_and_32_hex_digits_and_never_repeats() {
+        let ids: std::collections::HashSet<String> = (0..1000)
+            .map(|_| generated_txid().map(|id| id.as_str().to_string()))
+            .collect::<Result<_, _>>()
+            .expect("the OS generator works here");
+        assert_eq!(ids.len(), 1000, "1000 generated ids, all different");
+        for id in &ids {
+            let digits = id.strip_prefix("tx-").expect("tx- prefix");
+            assert_eq!(digits.len(), 32, "{id}");
+            assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
     }
 }
