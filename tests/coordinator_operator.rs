@@ -43,6 +43,28 @@ async fn metric(c: &Coordinator, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
+/// Waits until `txid`'s delivery to `participant` has failed once (its `last_error` is set),
+/// which is when the coordinator arms its backoff.
+async fn wait_for_failed_delivery(c: &Coordinator, txid: &str, participant: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = c.get(&format!("/v1/transactions/{txid}")).await;
+        let failed = body["participants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == participant && !p["last_error"].is_null());
+        if status == 200 && failed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{txid}'s delivery to {participant} has not failed after {WAIT:?}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn resolve(decision: &str) -> Value {
     json!({"decision": decision, "operator": "ana", "reason": "test"})
 }
@@ -63,6 +85,9 @@ async fn retry_now_delivers_at_once_instead_of_at_the_backoff_cap() {
     assert_eq!((status, body["outcome"].as_str()), (200, Some("committed")));
     b.wait_for("commit", "order-1", 1, WAIT).await;
     c.wait_state("order-1", "committing", WAIT).await;
+    // The participant answered, but the coordinator may not have heard yet: a delivery still
+    // in flight is not one waiting for its backoff, and "retry now" rightly leaves it alone.
+    wait_for_failed_delivery(&c, "order-1", "payments").await;
 
     // The participant is back; the operator says so.
     b.set_ack(AckMode::Ack);
