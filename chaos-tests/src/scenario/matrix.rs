@@ -39,12 +39,27 @@ impl Scenario {
         let warm_up = chaos.orders("warm", 11, 6);
         let mut options = chaos.workload_options();
         options.concurrency = 3;
-        chaos.run_orders(warm_up, options);
-        Scenario {
+        chaos.run_orders(warm_up.clone(), options);
+        let scenario = Scenario {
             chaos,
             point,
             _serial: serial,
+        };
+        // A client hears the outcome before phase two is done: wait until every warm-up order
+        // is ended at the coordinator and held nowhere, or a scenario's "before" ledgers could
+        // miss a warm-up commit still on its way (warm-0 buys the target's product).
+        for order in &warm_up {
+            scenario.wait_view(order, |v| {
+                v.prepared_nowhere()
+                    && v.coordinator.as_ref().is_some_and(|s| {
+                        matches!(
+                            s.state,
+                            TransactionState::Committed | TransactionState::Aborted
+                        )
+                    })
+            });
         }
+        scenario
     }
 
     /// The order that hits the crash point: a cold product and customer, one unit, so it votes
