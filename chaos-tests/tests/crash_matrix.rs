@@ -428,6 +428,32 @@ fn wal_between_write_and_fsync() {
 }
 
 #[test]
+fn wal_roll_after_trim() {
+    let mut s = Scenario::start("wal::roll_after_trim");
+    s.arm(SHIPPING);
+    // Shipping rolls at every checkpoint (every 40 records, two per order): keep orders coming
+    // until it dies between trimming the segment it closes and creating the next one.
+    let orders = s.chaos.orders("roll", 29, 40);
+    let running = s.chaos.spawn_orders(orders, s.chaos.workload_options());
+    s.wait_crash(SHIPPING);
+    let wal = disk_faults::wal_dir(&s.chaos.data_dir(SHIPPING));
+    let segments = disk_faults::segments(&wal).expect("list segments");
+    let last = segments.last().cloned().expect("a segment");
+    let size = std::fs::metadata(&last).map_or(0, |m| m.len());
+    let end = disk::frames(&last).last().map_or(0, |f| f.offset + f.len);
+    s.check(
+        end > 0 && end == size,
+        format!(
+            "the closed segment {} ends at its last record ({end}), not in zeros ({size} bytes)",
+            last.display()
+        ),
+    );
+    s.chaos.restart(SHIPPING, Vec::new());
+    s.chaos.finish(running);
+    s.finish();
+}
+
+#[test]
 fn wal_checkpoint_before_delete() {
     let mut s = Scenario::start("wal::checkpoint_before_delete");
     s.arm(SHIPPING);

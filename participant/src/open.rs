@@ -5,7 +5,7 @@ use std::fs::{self, File, TryLockError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use wal::{FileStorage, Storage, Wal, WalError};
+use wal::{PreallocatedStorage, Storage, Wal, WalError};
 
 use crate::config::ParticipantConfig;
 use crate::engine::{Engine, ReplayError};
@@ -72,7 +72,7 @@ impl<R: Resource> Participant<R> {
     /// `initial` makes the resource for a first start (an empty log): it is used once and made
     /// durable with a checkpoint before this returns, so seeding happens exactly once.
     pub fn open(config: ParticipantConfig, initial: impl FnOnce() -> R) -> Result<Self, OpenError> {
-        Self::open_with_storage(config, Arc::new(FileStorage), initial)
+        Self::open_with_storage(config, Arc::new(PreallocatedStorage), initial)
     }
 
     /// [`Participant::open`] with the log on any storage (the simulated disk of `wal::sim` in

@@ -252,6 +252,12 @@ fn declared_frame_bytes(bytes: &[u8]) -> usize {
     })
 }
 
+/// Whether `bytes` hold nothing but zeros (the space a preallocated segment holds past its last
+/// record; see `crate::preallocated`).
+pub(crate) fn is_zero_filled(bytes: &[u8]) -> bool {
+    first_non_zero(bytes, 0).is_none()
+}
+
 /// Index of the first non-zero byte of `bytes` at or after `from`.
 fn first_non_zero(bytes: &[u8], from: usize) -> Option<usize> {
     let tail = bytes.get(from..)?;

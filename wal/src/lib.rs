@@ -1,7 +1,8 @@
 //! # twopc-wal: the write-ahead log
 //!
 //! **Owns:** durability for its owner (the coordinator's decisions, a participant's prepared
-//! state): record framing with CRC-32, segment files that roll at a size limit, group commit on a
+//! state): record framing with CRC-32, segment files that roll at a size limit (zero-filled ahead of
+//! their appends, so an fdatasync rarely changes a file's size), group commit on a
 //! dedicated writer thread (one write and one fdatasync per batch), recovery (torn tail cut with a
 //! `.broken` copy kept, corruption refused with file, offset and reason), checkpoints that let
 //! whole old segments be deleted, and read-only inspection for `twopc wal dump|verify`; and, for
@@ -22,11 +23,13 @@
 #![doc = include_str!("../../docs/wal-format.md")]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod crash_points;
 mod error;
 mod frame;
 pub mod inspect;
 mod mirror;
 mod names;
+mod preallocated;
 mod recovery;
 mod replica;
 mod scan;
@@ -45,6 +48,7 @@ pub use frame::{
     FrameError, FrameRef, RECORD_PAYLOAD_BYTES_MAX, decode as decode_frame, encode as encode_frame,
 };
 pub use mirror::{BaseBackup, FileOp, Mirror, MirrorError, MirroredStorage, OpBatch, ShipWaiter};
+pub use preallocated::{FILL_AHEAD_BYTES, PreallocatedStorage};
 pub use replica::{Replica, ReplicaError, SwapRecovery};
 pub use snapshot::{SNAPSHOT_BYTES_MAX, decode as decode_snapshot, encode as encode_snapshot};
 pub use storage::{FileStorage, Storage, StorageDir, StorageFile};

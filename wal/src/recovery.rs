@@ -1,5 +1,6 @@
-//! Opening a log: make what is on disk durable, scan it, cut a torn tail (keeping a copy), finish an
-//! interrupted checkpoint, and hand the writer its starting point.
+//! Opening a log: make what is on disk durable, scan it, cut a torn tail (keeping a copy) or give
+//! back the zero-filled space after the last record, finish an interrupted checkpoint, and hand
+//! the writer its starting point.
 
 use std::path::{Path, PathBuf};
 
@@ -93,6 +94,27 @@ pub fn recover(storage: &dyn Storage, dir: &Path) -> Result<(Recovery, Layout), 
             reason = %torn.reason,
             "torn tail of the log truncated; the cut bytes are kept in a .broken copy"
         );
+    }
+
+    // Space zero-filled ahead of the appends holds no record: give it back, so that appends
+    // continue right after the last record (no copy: there is nothing in it to look at).
+    if let Some(last) = scan.segments.last_mut()
+        && scan.torn_tail.is_none()
+        && last.valid_bytes < last.file_bytes
+    {
+        storage
+            .truncate(&last.path, last.valid_bytes)
+            .map_err(io_err("truncate", &last.path))?;
+        storage
+            .sync_file(&last.path)
+            .map_err(io_err("fsync", &last.path))?;
+        tracing::debug!(
+            file = %last.path.display(),
+            offset = last.valid_bytes,
+            bytes = last.file_bytes - last.valid_bytes,
+            "the zero-filled space after the last record given back"
+        );
+        last.file_bytes = last.valid_bytes;
     }
 
     finish_checkpoint(storage, dir, &scan)?;

@@ -27,7 +27,8 @@ pub struct SegmentFound {
     pub path: PathBuf,
     pub base_seq: u64,
     pub records: u64,
-    /// Bytes of whole valid records (the length after truncating a torn tail).
+    /// Bytes of whole valid records: the length after truncating a torn tail or the zero-filled
+    /// space after the last record.
     pub valid_bytes: u64,
     pub file_bytes: u64,
 }
@@ -201,6 +202,12 @@ pub fn scan(
                     expected = next;
                     records += 1;
                     offset += record.frame_bytes();
+                }
+                // Space zero-filled ahead of the appends (`crate::preallocated`): the log ends
+                // here, cleanly. Nothing was ever written there, so nothing is torn or cut but
+                // zeros; a record only partly written over it still fails its CRC and is torn.
+                Err(_) if index == last_index && frame::is_zero_filled(&bytes[offset..]) => {
+                    break;
                 }
                 Err(error) => {
                     if index != last_index {

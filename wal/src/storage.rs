@@ -46,6 +46,11 @@ pub trait StorageFile: Send + Debug {
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
     /// fdatasync: the file's data (and size) are durable when this returns Ok.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Gives back, durably, any space reserved past the last append, so that the file ends
+    /// where its last append did (a file that reserves none has nothing to do).
+    fn trim(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The real file system.

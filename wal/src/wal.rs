@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 
 use crate::error::WalError;
 use crate::frame::RECORD_PAYLOAD_BYTES_MAX;
+use crate::preallocated::PreallocatedStorage;
 use crate::recovery;
 use crate::shared::{Request, Shared, Snapshot};
 use crate::snapshot::SNAPSHOT_BYTES_MAX;
-use crate::storage::{FileStorage, Storage};
+use crate::storage::Storage;
 use crate::ticket::AppendTicket;
 use crate::types::{Durability, RecordType, Recovery, WalOptions};
 use crate::writer::Writer;
@@ -62,9 +63,10 @@ impl fmt::Debug for Wal {
 impl Wal {
     /// Blocking. Creates the directory if absent, fsyncs files and directory, verifies every
     /// record, truncates a torn tail (keeping a `.broken` copy), finishes an interrupted
-    /// checkpoint, and refuses corruption with [`WalError::Corrupt`].
+    /// checkpoint, and refuses corruption with [`WalError::Corrupt`]. Segments are zero-filled
+    /// ahead of their appends ([`PreallocatedStorage`]).
     pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<(Wal, Recovery), WalError> {
-        Self::open_with_storage(Arc::new(FileStorage), dir, options)
+        Self::open_with_storage(Arc::new(PreallocatedStorage), dir, options)
     }
 
     /// [`Wal::open`] on any storage (the simulated one in crash tests).

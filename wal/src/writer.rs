@@ -12,6 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use crate::crash_points::{
+    crash_point_before_checkpoint_delete, crash_point_between_write_and_fsync,
+    crash_point_roll_after_trim,
+};
 use crate::error::WalError;
 use crate::frame::{self, FRAME_OVERHEAD_BYTES};
 use crate::names;
@@ -193,7 +197,8 @@ impl Writer {
         }
     }
 
-    /// A clean shutdown makes lazy records durable too. Never after a failure (no fsync retries).
+    /// A clean shutdown makes lazy records durable too, and trims the segment's zero-filled
+    /// space. Never after a failure (no fsync retries).
     fn sync_on_close(&mut self) {
         if let Some(mut in_progress) = self.in_progress.take() {
             if let Some(encoder) = in_progress.encoder.take() {
@@ -207,6 +212,14 @@ impl Writer {
         if !self.shared.is_poisoned() {
             // An error poisons the log and fails whatever still waits.
             let _ = self.flush(true);
+        }
+        // A log stopped cleanly ends at its last record, zero-filled space given back; if that
+        // fails, the next open gives it back instead.
+        if !self.shared.is_poisoned()
+            && let Err(error) = self.current.file.trim()
+        {
+            tracing::warn!(file = %self.current.path.display(), %error,
+                "the zero-filled space after the log's last record could not be given back on close");
         }
     }
 
@@ -376,6 +389,12 @@ impl Writer {
     /// log is poisoned, and the closed segment is never written again.)
     fn roll(&mut self) -> Result<(), WalError> {
         self.write_and_sync(true)?;
+        // Only the last segment may end in zeros (the scan refuses them anywhere else).
+        self.current
+            .file
+            .trim()
+            .map_err(|e| WalError::io("trim", &self.current.path, e))?;
+        crash_point_roll_after_trim()?;
         drop(mem::replace(&mut self.current.file, Box::new(Closed)));
         let path = self.dir.join(names::segment_name(self.next_seq));
         let file = self
@@ -578,16 +597,4 @@ impl StorageFile for Closed {
     fn sync_data(&mut self) -> std::io::Result<()> {
         Err(std::io::Error::other("segment closed by a failed roll"))
     }
-}
-
-/// `wal::between_write_and_fsync`: the batch is in the page cache, not yet durable.
-fn crash_point_between_write_and_fsync() -> Result<(), WalError> {
-    fail::fail_point!("wal::between_write_and_fsync", |_| std::process::abort());
-    Ok(())
-}
-
-/// `wal::checkpoint_before_delete`: the new snapshot is durable, old segments not yet deleted.
-fn crash_point_before_checkpoint_delete() -> Result<(), WalError> {
-    fail::fail_point!("wal::checkpoint_before_delete", |_| std::process::abort());
-    Ok(())
 }

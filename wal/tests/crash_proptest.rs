@@ -49,8 +49,10 @@ proptest! {
         crash_after_ops in 0u64..120,
         crash_mode in mode(),
         recovery_crash in prop::option::of((0u64..12, mode())),
+        zero_tails in any::<bool>(),
     ) {
         let sim = SimStorage::new();
+        sim.set_zero_tails(zero_tails);
         let options = small_segments(segment_bytes_max);
         let (log, _) = open(&sim, options.clone()).unwrap();
         sim.arm_crash(crash_after_ops, crash_mode);

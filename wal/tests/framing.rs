@@ -200,26 +200,52 @@ fn truncated_at_every_byte_of_the_last_record_is_a_torn_tail() {
 
 #[test]
 fn zero_tails() {
+    // The space a preallocated segment holds past its last record (and what a crash leaves of
+    // it): the log's end, not a torn tail. Recovery gives it back without a `.broken` copy.
     let (log, _) = three();
-    let end = log.len();
-    let zeroed = [log.clone(), vec![0; 4096]].concat();
-    check(
-        "zero tail after last record",
-        &[(seg(1), zeroed)],
-        &opens(
-            &[1, 2, 3],
-            Some((seg(1), end, "zero length (zero-filled space)".into())),
-        ),
-    );
+    for zeros in [1, 3, 4, 4096] {
+        let case = format!("{zeros} zero bytes after the last record");
+        check(
+            &case,
+            &[(seg(1), [log.clone(), vec![0; zeros]].concat())],
+            &opens(&[1, 2, 3], None),
+        );
+        let sim = SimStorage::new();
+        wal::Storage::create_dir_all(&sim, &dir()).unwrap();
+        sim.set_contents(&seg(1), [log.clone(), vec![0; zeros]].concat());
+        let (_log, _) = open(&sim, WalOptions::default()).unwrap();
+        assert_eq!(
+            sim.contents(&seg(1)).unwrap(),
+            log,
+            "{case}: zeros given back"
+        );
+        assert_eq!(
+            sim.file_names(&dir()),
+            vec![wal::format::segment_name(1)],
+            "{case}: no copy"
+        );
+    }
     check(
         "segment of only zeros",
         &[(seg(1), vec![0; 100])],
-        &opens(
-            &[],
-            Some((seg(1), 0, "zero length (zero-filled space)".into())),
+        &opens(&[], None),
+    );
+    // Zeros are the end only in the last segment: a roll trims the segment it closes.
+    let next = frame(4, &payload_of(4));
+    check(
+        "zero tail in a segment that is not the last",
+        &[
+            (seg(1), [log.clone(), vec![0; 64]].concat()),
+            (seg(4), next),
+        ],
+        &corrupt(
+            seg(1),
+            log.len(),
+            "zero length (zero-filled space) (in a segment that is not the last)",
         ),
     );
     // A frame after a zero tail is found even when its length starts with a zero byte.
+    let end = log.len();
     let late = frame(4, &[b'z'; 256 - 9]);
     assert_eq!(&late[..2], &[0, 1], "len 256");
     check(

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use tracing::{info, warn};
 
 use protocol::{CoordinatorId, Epoch, Incarnation};
-use wal::{Durability, FileStorage, RecordType, Storage, SyncPolicy, Wal, WalError, WalOptions};
+use wal::{
+    Durability, PreallocatedStorage, RecordType, Storage, SyncPolicy, Wal, WalError, WalOptions,
+};
 
 use super::archiver::archiver;
 use crate::config::Config;
@@ -71,7 +73,7 @@ fn new_coordinator_id() -> Result<CoordinatorId, StartError> {
 /// Opens the log under `config.data_dir` and recovers. The returned core is ready: its epoch
 /// is durable, recovery's aborts are submitted and its resends are under way.
 pub async fn recover(config: &Config, metrics: Arc<Metrics>) -> Result<Arc<Core>, StartError> {
-    recover_on(Arc::new(FileStorage), config, metrics).await
+    recover_on(Arc::new(PreallocatedStorage), config, metrics).await
 }
 
 /// [`recover`] on any storage (the WAL's simulated, fault-injecting one in tests).

@@ -7,7 +7,10 @@
 //!   each file's unsynced appended bytes (tearing the last write at any byte) and a random subset of
 //!   the unsynced directory changes;
 //! - faults: [`SimStorage::flip_bit`], failing writes or syncs, and a crash armed to fire at the
-//!   n-th mutating operation ([`SimStorage::arm_crash`]).
+//!   n-th mutating operation ([`SimStorage::arm_crash`]);
+//! - preallocated segments ([`SimStorage::set_zero_tails`]): a crash leaves the newest segment
+//!   of each directory ending in zeros, as one zero-filled ahead of its appends
+//!   (`crate::preallocated`) does, behind whatever the crash kept (a torn record included).
 //!
 //! After a crash every operation fails until [`SimStorage::reboot`]; drop the old `Wal` first.
 
@@ -71,6 +74,7 @@ pub(super) struct State {
     pub(super) fail_sync: bool,
     pub(super) armed: Option<(u64, Unsynced)>,
     pub(super) sync_delay: Duration,
+    pub(super) zero_tails: bool,
     pub(super) stats: SimStats,
 }
 
@@ -175,9 +179,42 @@ impl State {
                 }
             }
         }
+        if self.zero_tails {
+            self.add_zero_tails();
+        }
         self.crashed = true;
         self.generation += 1;
         self.stats.crashes += 1;
+    }
+
+    /// Zeros after the newest segment of each directory, 1 to 8 KiB of them, as many as the
+    /// crash's generation picks (reproducible).
+    fn add_zero_tails(&mut self) {
+        let mut newest: BTreeMap<PathBuf, (PathBuf, u64)> = BTreeMap::new();
+        for (path, &id) in &self.volatile {
+            let is_segment = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    matches!(
+                        crate::names::classify(name),
+                        crate::names::FileKind::Segment { .. }
+                    )
+                });
+            let Some(dir) = path.parent() else { continue };
+            if is_segment {
+                // Names sort in log order; the map keeps the last one seen per directory.
+                newest.insert(dir.to_path_buf(), (path.clone(), id));
+            }
+        }
+        let mut rng = self.generation ^ 0x2E40_7A11;
+        for (_, (_, id)) in newest {
+            let zeros = 1 + (splitmix(&mut rng) % 8192) as usize;
+            if let Some(inode) = self.inodes.get_mut(&id) {
+                inode.durable.resize(inode.durable.len() + zeros, 0);
+                inode.volatile.clone_from(&inode.durable);
+            }
+        }
     }
 }
 
@@ -210,6 +247,12 @@ impl SimStorage {
         let mut state = self.lock();
         state.crashed = false;
         state.armed = None;
+    }
+
+    /// Crashes leave zeros after the newest segment of each directory, as preallocated segments
+    /// do (see the module doc).
+    pub fn set_zero_tails(&self, on: bool) {
+        self.lock().zero_tails = on;
     }
 
     /// Every write fails (with EIO-like errors) while set.
