@@ -71,6 +71,10 @@ fn bench_measures_every_cell_against_baseline_and_floor() {
         assert!(fsyncs > 0.0 && fsyncs <= 2.0 * participants + 1.0, "{cell}");
         assert!(field(cell, "p50_ms") <= field(cell, "p99_ms"), "{cell}");
         assert!(field(cell, "disk_fsync_p50_us") > 0.0, "{cell}");
+        assert!(
+            field(cell, "disk_fsync_preallocated_p50_us") > 0.0,
+            "{cell}"
+        );
         // The client and servers spent some CPU on every cell, and far less than a second of
         // it per transaction.
         let cpu = field(cell, "cpu_us_per_tx");

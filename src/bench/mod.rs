@@ -348,12 +348,21 @@ async fn run(args: Args) -> Result<()> {
         })?;
         for &concurrency in &args.concurrency {
             let cell_id = format!("b{}-n{participants}-c{concurrency}", std::process::id());
-            let disk_fsync_p50_us = if own {
-                let probe = tokio::task::block_in_place(|| disk::fsync_p50(&scratch, 100))
-                    .with_context(|| format!("probing fsync latency in {}", scratch.display()))?;
-                Some(probe.as_secs_f64() * 1e6)
+            let (disk_fsync_p50_us, disk_fsync_preallocated_p50_us) = if own {
+                let probe = |preallocated: bool| {
+                    tokio::task::block_in_place(|| {
+                        if preallocated {
+                            disk::preallocated_fsync_p50(&scratch, 100)
+                        } else {
+                            disk::fsync_p50(&scratch, 100)
+                        }
+                    })
+                    .map(|p50| p50.as_secs_f64() * 1e6)
+                    .with_context(|| format!("probing fsync latency in {}", scratch.display()))
+                };
+                (Some(probe(false)?), Some(probe(true)?))
             } else {
-                None
+                (None, None)
             };
             let fsyncs_before = fsyncs(&client, &durable).await;
             let shape = load::Shape {
@@ -404,6 +413,7 @@ async fn run(args: Args) -> Result<()> {
                 floor_per_s,
                 share_of_floor: floor_per_s.filter(|f| *f > 0.0).map(|f| per_s / f),
                 disk_fsync_p50_us,
+                disk_fsync_preallocated_p50_us,
                 fsyncs_per_tx: match (fsyncs_before, fsyncs_after) {
                     (Some(a), Some(b)) if result.committed_all > 0 => {
                         Some((b - a) / result.committed_all as f64)

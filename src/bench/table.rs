@@ -33,6 +33,9 @@ pub struct Cell {
     /// Median raw `write + fdatasync` of one record on the logs' disk, measured just before
     /// the cell (own cluster only): what a single forced log write cannot beat.
     pub disk_fsync_p50_us: Option<f64>,
+    /// The same through a log segment zero-filled ahead (`wal::PreallocatedStorage`), as the
+    /// logs write: an fdatasync that does not grow the file.
+    pub disk_fsync_preallocated_p50_us: Option<f64>,
     /// fsyncs by the coordinator and participants, per committed transaction.
     pub fsyncs_per_tx: Option<f64>,
 }
@@ -73,7 +76,7 @@ pub fn print_hot_table(cells: &[HotCell]) {
 pub fn print_table(cells: &[Cell]) {
     let f = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>8} {:>9} {:>6}",
+        "{:>5} {:>5} {:>8} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>8} {:>9} {:>6}",
         "parts",
         "conc",
         "tx/s",
@@ -86,6 +89,7 @@ pub fn print_table(cells: &[Cell]) {
         "share",
         "fsyncs/tx",
         "fsync us",
+        "pre us",
         "CPU us/tx",
         "base CPU",
         "floor CPU",
@@ -93,7 +97,7 @@ pub fn print_table(cells: &[Cell]) {
     );
     for c in cells {
         println!(
-            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>9} {:>8} {:>9} {:>6}",
+            "{:>5} {:>5} {:>8.0} {:>7} {:>7} {:>8} {:>9} {:>5} {:>10} {:>6} {:>9} {:>8} {:>6} {:>9} {:>8} {:>9} {:>6}",
             c.participants,
             c.concurrency,
             c.committed_per_s,
@@ -106,6 +110,7 @@ pub fn print_table(cells: &[Cell]) {
             f(c.share_of_floor, 2),
             f(c.fsyncs_per_tx, 2),
             f(c.disk_fsync_p50_us, 0),
+            f(c.disk_fsync_preallocated_p50_us, 0),
             f(c.cpu_us_per_tx, 0),
             f(c.baseline_cpu_us_per_tx, 0),
             f(c.floor_cpu_us_per_tx, 0),
