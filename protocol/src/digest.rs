@@ -46,8 +46,11 @@ impl Fnv128 {
 
 /// A 128-bit digest, shown as 32 hex digits. Payloads and requests are digested as compact
 /// JSON: `serde_json` keeps object keys sorted, so key order does not matter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
+///
+/// Written and read without a `String` in between: a digest is in every prepare, tombstone and
+/// record, and `format!` made each one an allocation and a pass through the formatter
+/// (issue 28's participant profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Digest(pub u128);
 
 impl Digest {
@@ -78,18 +81,58 @@ impl Digest {
     }
 }
 
+impl Digest {
+    /// The 32 lowercase hex digits, most significant first.
+    fn hex(self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, digit) in out.iter_mut().enumerate() {
+            *digit = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        out
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        u128::from_str_radix(text, 16)
+            .map(Digest)
+            .map_err(|e| format!("bad digest {text:?}: {e}"))
+    }
+}
+
 impl From<Digest> for String {
     fn from(digest: Digest) -> String {
-        format!("{:032x}", digest.0)
+        digest.hex().iter().map(|&b| char::from(b)).collect()
     }
 }
 
 impl TryFrom<String> for Digest {
     type Error = String;
     fn try_from(value: String) -> Result<Self, String> {
-        u128::from_str_radix(&value, 16)
-            .map(Digest)
-            .map_err(|e| format!("bad digest {value:?}: {e}"))
+        Digest::parse(&value)
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let hex = self.hex();
+        let text = std::str::from_utf8(&hex).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Digest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Digest, E> {
+                Digest::parse(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -105,7 +148,24 @@ mod tests {
         assert_ne!(a, Digest::of_payload(&json!({"x": 1, "y": [2, 1]})));
         let text = String::from(a);
         assert_eq!(text.len(), 32);
-        assert_eq!(Digest::try_from(text).unwrap(), a);
+        assert_eq!(text, format!("{:032x}", a.0), "the hex digits as before");
+        assert_eq!(Digest::try_from(text.clone()).unwrap(), a);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, format!("\"{text}\""), "on the wire, the same string");
+        assert_eq!(serde_json::from_str::<Digest>(&json).unwrap(), a);
+        assert_eq!(
+            serde_json::from_str::<Digest>("\"00ff\"").unwrap(),
+            Digest(0xff),
+            "fewer digits read as before"
+        );
+        let bad = serde_json::from_str::<Digest>("\"xyz\"")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("bad digest \"xyz\""), "{bad}");
+        assert!(
+            serde_json::from_str::<Digest>("17").is_err(),
+            "a number is not a digest"
+        );
     }
 
     use crate::TransactionRequest;
