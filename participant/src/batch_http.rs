@@ -105,7 +105,7 @@ struct AnswerLine<'a> {
 /// A sender that stops reading does not stall them either: a whole answer (at most
 /// `BATCH_ITEMS_MAX` lines of a few hundred bytes) fits in the sockets' buffers, so hyper keeps
 /// polling the body until every item has its line.
-pub fn stream_answers<I, F>(items: I, durable_point: &'static str) -> Response
+pub async fn stream_answers<I, F>(items: I, durable_point: &'static str) -> Response
 where
     I: IntoIterator<Item = (GlobalTxId, F)>,
     F: Future<Output = ItemAnswer> + Send + 'static,
@@ -121,11 +121,17 @@ where
             answer_line(index, gtid, answer)
         })
         .collect();
-    (
-        [(header::CONTENT_TYPE, NDJSON)],
-        Body::from_stream(Lines(running)),
-    )
-        .into_response()
+    let mut lines = Lines {
+        running,
+        first: None,
+    };
+    // The head waits for the first lines, so that hyper writes both in one write (with the
+    // body's end too when every item answered at once, as the items of one group commit do);
+    // sent at once, the head cost a write here and a wake-up at the coordinator of its own.
+    // Dropped meanwhile (the sender went away), `lines` still runs every item to its end.
+    let first = std::future::poll_fn(|cx| lines.poll_lines(cx)).await;
+    lines.first = first;
+    ([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(lines)).into_response()
 }
 
 /// One item's line, newline included (empty if it cannot be encoded, which is logged).
@@ -171,20 +177,23 @@ fn to_raw<T: serde::Serialize>(value: &T) -> Box<RawValue> {
 }
 
 /// The items still running, as a body stream of answer lines: each chunk every line ready at
-/// that poll; it ends when every item has given its line.
-struct Lines<F: Future<Output = Vec<u8>> + Send + 'static>(FuturesUnordered<F>);
+/// that poll (the first one taken before the head, see [`stream_answers`]); it ends when every
+/// item has given its line.
+struct Lines<F: Future<Output = Vec<u8>> + Send + 'static> {
+    running: FuturesUnordered<F>,
+    first: Option<Bytes>,
+}
 
-impl<F: Future<Output = Vec<u8>> + Send + 'static> futures_core::Stream for Lines<F> {
-    type Item = Result<Bytes, Infallible>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+impl<F: Future<Output = Vec<u8>> + Send + 'static> Lines<F> {
+    /// Every line ready now, as one chunk; `None` once every item has given its line.
+    fn poll_lines(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let mut chunk = Vec::new();
         loop {
-            match Pin::new(&mut self.0).poll_next(cx) {
+            match futures_core::Stream::poll_next(Pin::new(&mut self.running), cx) {
                 Poll::Ready(Some(line)) => chunk.extend_from_slice(&line),
                 // Nothing more ready now (or every item has answered): what is ready goes.
                 Poll::Ready(None) | Poll::Pending if !chunk.is_empty() => {
-                    return Poll::Ready(Some(Ok(Bytes::from(chunk))));
+                    return Poll::Ready(Some(Bytes::from(chunk)));
                 }
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
@@ -193,14 +202,25 @@ impl<F: Future<Output = Vec<u8>> + Send + 'static> futures_core::Stream for Line
     }
 }
 
+impl<F: Future<Output = Vec<u8>> + Send + 'static> futures_core::Stream for Lines<F> {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        self.poll_lines(cx).map(|chunk| chunk.map(Ok))
+    }
+}
+
 impl<F: Future<Output = Vec<u8>> + Send + 'static> Drop for Lines<F> {
     fn drop(&mut self) {
-        if self.0.is_empty() {
+        if self.running.is_empty() {
             return;
         }
         // The sender went away: the items' effects stand all the same, so they run to their
         // end (a queued prepare until granted or past its deadline), their lines unread.
-        let mut running = std::mem::take(&mut self.0);
+        let mut running = std::mem::take(&mut self.running);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move { while running.next().await.is_some() {} });
         }
@@ -212,7 +232,7 @@ pub(crate) async fn capabilities() -> axum::Json<Capabilities> {
 }
 
 /// Answers a batch of prepares: `prepare` runs one as `/2pc/prepare` alone would.
-pub fn answer_prepares<P, F, E>(batch: PrepareBatch, prepare: P) -> Response
+pub async fn answer_prepares<P, F, E>(batch: PrepareBatch, prepare: P) -> Response
 where
     P: Fn(PrepareRequest) -> F,
     F: Future<Output = Result<Vote, E>> + Send + 'static,
@@ -227,11 +247,11 @@ where
         };
         (gtid, answer)
     });
-    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE)
+    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE).await
 }
 
 /// Answers a batch of decisions: `decide` runs one as `/2pc/commit` or `/2pc/abort` alone would.
-pub fn answer_decisions<D, F, E>(batch: DecisionBatch, decide: D) -> Response
+pub async fn answer_decisions<D, F, E>(batch: DecisionBatch, decide: D) -> Response
 where
     D: Fn(Decision, DecisionRequest) -> F,
     F: Future<Output = Result<(), E>> + Send + 'static,
@@ -246,7 +266,7 @@ where
         };
         (gtid, answer)
     });
-    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE)
+    stream_answers(items, crash::AFTER_BATCH_ITEM_DURABLE).await
 }
 
 pub(crate) async fn batch_prepare<R: Resource>(
@@ -260,7 +280,8 @@ pub(crate) async fn batch_prepare<R: Resource>(
     Ok(answer_prepares(batch, move |request| {
         let participant = participant.clone();
         async move { participant.prepare(request).await }
-    }))
+    })
+    .await)
 }
 
 pub(crate) async fn batch_decide<R: Resource>(
@@ -279,5 +300,6 @@ pub(crate) async fn batch_decide<R: Resource>(
                 Decision::Abort => participant.abort(request).await,
             }
         }
-    }))
+    })
+    .await)
 }

@@ -203,7 +203,8 @@ async fn batch_prepare<W: PgWork>(
     Ok(answer_prepares(batch, move |request| {
         let participant = participant.clone();
         async move { participant.prepare(request).await }
-    }))
+    })
+    .await)
 }
 
 /// `POST /2pc/batch/decide`: each item runs as `/2pc/commit` or `/2pc/abort` alone would; the
@@ -224,7 +225,8 @@ async fn batch_decide<W: PgWork>(
                 Decision::Abort => participant.abort(request).await,
             }
         }
-    }))
+    })
+    .await)
 }
 
 async fn prepared<W: PgWork>(
