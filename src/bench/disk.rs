@@ -5,7 +5,6 @@
 //! same loop through the log's own preallocated segment file (`wal::PreallocatedStorage`, the
 //! record written over zeros filled ahead) gives the figure the logs actually pay.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -15,30 +14,26 @@ const RECORD_BYTES: usize = 273;
 
 /// Median of `rounds` write+fdatasync pairs on a new file in `dir` (removed afterwards).
 pub fn fsync_p50(dir: &Path, rounds: usize) -> std::io::Result<Duration> {
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join("fsync-probe");
-    let mut file = std::fs::File::create(&path)?;
-    let record = [0x5au8; RECORD_BYTES];
-    let mut latencies = Vec::with_capacity(rounds);
-    for _ in 0..rounds.max(1) {
-        file.write_all(&record)?;
-        let started = Instant::now();
-        file.sync_data()?;
-        latencies.push(started.elapsed());
-    }
-    drop(file);
-    std::fs::remove_file(&path)?;
-    latencies.sort();
-    Ok(quantile(&latencies, 0.5).unwrap_or_default())
+    probe(&wal::FileStorage, &dir.join("fsync-probe"), rounds)
 }
 
 /// [`fsync_p50`] through a log segment zero-filled ahead of its appends, as the logs write:
 /// an fdatasync that neither grows the file nor allocates blocks (most of the time).
 pub fn preallocated_fsync_p50(dir: &Path, rounds: usize) -> std::io::Result<Duration> {
-    use wal::Storage;
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join(wal::format::segment_name(1));
-    let mut file = wal::PreallocatedStorage.create(&path)?;
+    probe(
+        &wal::PreallocatedStorage,
+        &dir.join(wal::format::segment_name(1)),
+        rounds,
+    )
+}
+
+fn probe(storage: &dyn wal::Storage, path: &Path, rounds: usize) -> std::io::Result<Duration> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // A probe a killed bench left behind: the storages create files that must be new.
+    let _ = std::fs::remove_file(path);
+    let mut file = storage.create(path)?;
     let record = [0x5au8; RECORD_BYTES];
     let mut latencies = Vec::with_capacity(rounds);
     for _ in 0..rounds.max(1) {
@@ -48,7 +43,7 @@ pub fn preallocated_fsync_p50(dir: &Path, rounds: usize) -> std::io::Result<Dura
         latencies.push(started.elapsed());
     }
     drop(file);
-    std::fs::remove_file(&path)?;
+    std::fs::remove_file(path)?;
     latencies.sort();
     Ok(quantile(&latencies, 0.5).unwrap_or_default())
 }

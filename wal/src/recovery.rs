@@ -80,12 +80,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path) -> Result<(Recovery, Layout), 
         storage
             .sync_dir(dir)
             .map_err(io_err("fsync directory", dir))?;
-        storage
-            .truncate(&torn.file, torn.offset)
-            .map_err(io_err("truncate", &torn.file))?;
-        storage
-            .sync_file(&torn.file)
-            .map_err(io_err("fsync", &torn.file))?;
+        cut_durably(storage, &torn.file, torn.offset)?;
         torn.broken_copy = Some(copy);
         tracing::warn!(
             file = %torn.file.display(),
@@ -102,12 +97,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path) -> Result<(Recovery, Layout), 
         && scan.torn_tail.is_none()
         && last.valid_bytes < last.file_bytes
     {
-        storage
-            .truncate(&last.path, last.valid_bytes)
-            .map_err(io_err("truncate", &last.path))?;
-        storage
-            .sync_file(&last.path)
-            .map_err(io_err("fsync", &last.path))?;
+        cut_durably(storage, &last.path, last.valid_bytes)?;
         tracing::debug!(
             file = %last.path.display(),
             offset = last.valid_bytes,
@@ -146,6 +136,14 @@ pub fn recover(storage: &dyn Storage, dir: &Path) -> Result<(Recovery, Layout), 
         torn_tail: scan.torn_tail,
     };
     Ok((recovery, layout))
+}
+
+/// Truncates `path` to `len` bytes and fsyncs it.
+fn cut_durably(storage: &dyn Storage, path: &Path, len: u64) -> Result<(), WalError> {
+    storage
+        .truncate(path, len)
+        .map_err(io_err("truncate", path))?;
+    storage.sync_file(path).map_err(io_err("fsync", path))
 }
 
 /// Deletes what a completed checkpoint made obsolete but a crash left behind.
