@@ -208,13 +208,21 @@ fn verify(given: &Path, as_json: bool) -> Result<(), Failure> {
 }
 
 fn summary_text(summary: &Summary) -> String {
-    let bytes: u64 = summary.segments.iter().map(|s| s.bytes).sum();
+    // The records' bytes, not the files': a live segment's file runs on into the zeros filled
+    // ahead of its appends (docs/wal-format.md), which are not log.
+    let bytes: u64 = summary.segments.iter().map(|s| s.record_bytes).sum();
+    let on_disk: u64 = summary.segments.iter().map(|s| s.bytes).sum();
+    let beyond = if on_disk > bytes {
+        format!(" ({on_disk} bytes on disk)")
+    } else {
+        String::new()
+    };
     let range = match (summary.first_seq, summary.last_seq) {
         (Some(first), Some(last)) => format!(" (seq {first}..={last})"),
         _ => String::new(),
     };
     let mut text = format!(
-        "ok: {}: {} records{range} in {} segments, {bytes} bytes\n",
+        "ok: {}: {} records{range} in {} segments, {bytes} bytes{beyond}\n",
         summary.dir.display(),
         summary.records,
         summary.segments.len(),
@@ -250,6 +258,7 @@ fn summary_json(summary: &Summary) -> serde_json::Value {
         "last_seq": summary.last_seq,
         "segments": summary.segments.iter().map(|s| json!({
             "file": file_name(&s.path), "base_seq": s.base_seq, "records": s.records, "bytes": s.bytes,
+            "record_bytes": s.record_bytes,
         })).collect::<Vec<_>>(),
         "snapshot": summary.snapshot.as_ref().map(|s| json!({
             "file": file_name(&s.path), "seq": s.seq, "size": s.payload_bytes,

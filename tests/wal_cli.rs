@@ -50,7 +50,10 @@ fn verify_a_clean_log_exits_zero_with_a_summary() {
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("ok: "), "{stdout}");
     assert!(
-        stdout.contains("5 records (seq 1..=5) in 1 segments"),
+        stdout.contains(&format!(
+            "5 records (seq 1..=5) in 1 segments, {} bytes\n",
+            offset_of(6)
+        )),
         "{stdout}"
     );
     assert!(stdout.contains("snapshot: none"), "{stdout}");
@@ -61,6 +64,43 @@ fn verify_a_clean_log_exits_zero_with_a_summary() {
     assert_eq!(summary["status"], "ok");
     assert_eq!(summary["records"], 5);
     assert_eq!(summary["last_seq"], 5);
+}
+
+/// What a killed service leaves: the segment's file runs on in zeros filled ahead of its
+/// appends. They are not log: the summary counts the records' bytes and names the file's size
+/// apart.
+#[test]
+fn verify_counts_the_records_bytes_not_the_zeros_filled_ahead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let segment = make_log(tmp.path(), 5);
+    let records = offset_of(6);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), records);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes.resize(bytes.len() + 8192, 0);
+    std::fs::write(&segment, &bytes).unwrap();
+    let on_disk = records + 8192;
+
+    let out = twopc(&["wal", "verify", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "5 records (seq 1..=5) in 1 segments, {records} bytes ({on_disk} bytes on disk)"
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("torn"), "{stdout}");
+
+    let out = twopc(&["wal", "verify", "--json", tmp.path().to_str().unwrap()]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "ok");
+    assert_eq!(summary["segments"][0]["record_bytes"], records);
+    assert_eq!(summary["segments"][0]["bytes"], on_disk);
+    assert_eq!(
+        std::fs::metadata(&segment).unwrap().len(),
+        on_disk,
+        "verify only reads"
+    );
 }
 
 #[test]

@@ -16,7 +16,10 @@ pub struct SegmentSummary {
     pub path: PathBuf,
     pub base_seq: u64,
     pub records: u64,
+    /// The file's size: its records, and after them any zero-filled space or torn tail.
     pub bytes: u64,
+    /// Bytes of its whole valid records: what the file holds once the log is opened.
+    pub record_bytes: u64,
 }
 
 /// The snapshot recovery would use.
@@ -125,6 +128,7 @@ pub fn dump_with_storage(
                 base_seq: s.base_seq,
                 records: s.records,
                 bytes: s.file_bytes,
+                record_bytes: s.valid_bytes,
             })
             .collect(),
         records,
