@@ -64,6 +64,11 @@ pub struct Args {
     /// oldest outcomes go first beyond it [default: 1073741824 = 1 GiB].
     #[arg(long, value_name = "BYTES")]
     pub retained_disk_max_bytes: Option<u64>,
+    /// How far ahead of its appends a log segment is zero-filled, so that most fdatasyncs
+    /// need not write the file's size; 0 for plain appends, which some storage syncs faster
+    /// when transactions come one at a time (docs/operations.md) [default: 262144].
+    #[arg(long, value_name = "BYTES")]
+    pub wal_fill_ahead_bytes: Option<u64>,
     /// Decision queries about attempts this coordinator has no record of, answered per
     /// second per caller address when peers do not authenticate; beyond them 429
     /// rate_limited [default: 100].
@@ -255,6 +260,7 @@ fn config_from(args: Args) -> Result<crate::config::Config, ConfigError> {
         max_waiters_per_transaction: args.max_waiters_per_transaction,
         overload_retry_after_ms: args.overload_retry_after_ms,
         retained_disk_max_bytes: args.retained_disk_max_bytes,
+        wal_fill_ahead_bytes: args.wal_fill_ahead_bytes,
         decision_query_rate: args.decision_query_rate,
         decision_query_burst: args.decision_query_burst,
         client_token_file: args.client_token_file,

@@ -25,6 +25,9 @@ pub struct ParticipantConfig {
     pub checkpoint_every_records: u64,
     /// Log options. `SyncPolicy::Never` is for benchmark baselines only.
     pub wal: WalOptions,
+    /// How far ahead of its appends a log segment is zero-filled (`wal::PreallocatedStorage`);
+    /// 0: plain appends. Used by [`crate::Participant::open`].
+    pub wal_fill_ahead_bytes: u64,
     /// The tokens in force (none: authentication off): checked on the routes, and the peer
     /// token sent on decision queries. Reloaded on SIGHUP by `twopc participant`.
     pub keys: protocol::auth::KeyRing,
@@ -48,6 +51,7 @@ impl ParticipantConfig {
             tick_ms: 100,
             checkpoint_every_records: 10_000,
             wal: WalOptions::default(),
+            wal_fill_ahead_bytes: wal::FILL_AHEAD_BYTES,
             keys: protocol::auth::KeyRing::default(),
             loopback_listen: true,
             coordinator_tls: None,

@@ -72,7 +72,8 @@ impl<R: Resource> Participant<R> {
     /// `initial` makes the resource for a first start (an empty log): it is used once and made
     /// durable with a checkpoint before this returns, so seeding happens exactly once.
     pub fn open(config: ParticipantConfig, initial: impl FnOnce() -> R) -> Result<Self, OpenError> {
-        Self::open_with_storage(config, Arc::new(PreallocatedStorage), initial)
+        let storage = PreallocatedStorage::with_fill_ahead(config.wal_fill_ahead_bytes);
+        Self::open_with_storage(config, Arc::new(storage), initial)
     }
 
     /// [`Participant::open`] with the log on any storage (the simulated disk of `wal::sim` in

@@ -21,7 +21,7 @@ pub fn fsync_p50(dir: &Path, rounds: usize) -> std::io::Result<Duration> {
 /// an fdatasync that neither grows the file nor allocates blocks (most of the time).
 pub fn preallocated_fsync_p50(dir: &Path, rounds: usize) -> std::io::Result<Duration> {
     probe(
-        &wal::PreallocatedStorage,
+        &wal::PreallocatedStorage::default(),
         &dir.join(wal::format::segment_name(1)),
         rounds,
     )

@@ -66,7 +66,7 @@ impl Wal {
     /// checkpoint, and refuses corruption with [`WalError::Corrupt`]. Segments are zero-filled
     /// ahead of their appends ([`PreallocatedStorage`]).
     pub fn open(dir: impl AsRef<Path>, options: WalOptions) -> Result<(Wal, Recovery), WalError> {
-        Self::open_with_storage(Arc::new(PreallocatedStorage), dir, options)
+        Self::open_with_storage(Arc::new(PreallocatedStorage::default()), dir, options)
     }
 
     /// [`Wal::open`] on any storage (the simulated one in crash tests).

@@ -50,6 +50,7 @@ pub mod defaults {
     /// 1 GiB of logical bytes in the outcome index (~400 bytes an outcome with two
     /// participants: about 2.5 million outcomes, a day at ~30 transactions a second).
     pub const RETAINED_DISK_MAX_BYTES: u64 = 1 << 30;
+    pub const WAL_FILL_AHEAD_BYTES: u64 = wal::FILL_AHEAD_BYTES;
     /// Decision queries about attempts this coordinator has no record of, per caller address,
     /// when peers do not authenticate (docs/security.md): a participant that lost contact asks
     /// about each attempt it holds once per backoff, far below this.
@@ -93,6 +94,9 @@ pub struct Config {
     /// Disk budget of the outcome index in logical bytes (keys and values stored); beyond it
     /// the oldest outcomes go first, even inside the retention window.
     pub retained_disk_max_bytes: u64,
+    /// How far ahead of its appends a log segment is zero-filled (`wal::PreallocatedStorage`);
+    /// 0: plain appends, each growing the file.
+    pub wal_fill_ahead_bytes: u64,
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
@@ -139,6 +143,8 @@ fn range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), Conf
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 /// Above this a snapshot could outgrow the WAL's snapshot limit (1 GiB).
 const RETAINED_MAX_LIMIT: u64 = 2_000_000;
+/// Past this a fill is a long write stalling the syncs behind it, for no gain.
+const WAL_FILL_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
 impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -201,6 +207,12 @@ impl Config {
             1 << 50,
         )?;
         range(
+            "wal_fill_ahead_bytes",
+            self.wal_fill_ahead_bytes,
+            0,
+            WAL_FILL_AHEAD_BYTES_MAX,
+        )?;
+        range(
             "decision_query_rate",
             self.decision_query_rate,
             1,
@@ -252,6 +264,7 @@ impl Config {
             max_waiters_per_transaction: defaults::MAX_WAITERS_PER_TRANSACTION,
             overload_retry_after_ms: defaults::OVERLOAD_RETRY_AFTER_MS,
             retained_disk_max_bytes: defaults::RETAINED_DISK_MAX_BYTES,
+            wal_fill_ahead_bytes: defaults::WAL_FILL_AHEAD_BYTES,
             fsync: true,
             phase_batching: true,
             decision_query_rate: defaults::DECISION_QUERY_RATE,

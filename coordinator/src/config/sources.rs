@@ -33,6 +33,7 @@ pub struct FileConfig {
     pub max_waiters_per_transaction: Option<u64>,
     pub overload_retry_after_ms: Option<u64>,
     pub retained_disk_max_bytes: Option<u64>,
+    pub wal_fill_ahead_bytes: Option<u64>,
     pub decision_query_rate: Option<u64>,
     pub decision_query_burst: Option<u64>,
     /// Token files (docs/security.md): paths only, the tokens stay in the files.
@@ -86,6 +87,7 @@ impl FileConfig {
             max_waiters_per_transaction,
             overload_retry_after_ms,
             retained_disk_max_bytes,
+            wal_fill_ahead_bytes,
             decision_query_rate,
             decision_query_burst,
             client_token_file,
@@ -175,6 +177,9 @@ impl FileConfig {
             retained_disk_max_bytes: self
                 .retained_disk_max_bytes
                 .unwrap_or(defaults::RETAINED_DISK_MAX_BYTES),
+            wal_fill_ahead_bytes: self
+                .wal_fill_ahead_bytes
+                .unwrap_or(defaults::WAL_FILL_AHEAD_BYTES),
             fsync: true,
             phase_batching: true,
             decision_query_rate: self

@@ -12,7 +12,22 @@ fn defaults_fill_what_is_missing() {
     assert_eq!(config.listen.to_string(), defaults::LISTEN);
     assert_eq!(config.prepare_timeout_ms, defaults::PREPARE_TIMEOUT_MS);
     assert_eq!(config.retention_ms, defaults::RETENTION_MS);
+    assert_eq!(config.wal_fill_ahead_bytes, wal::FILL_AHEAD_BYTES);
     assert!(config.fsync);
+}
+
+#[test]
+fn the_logs_fill_ahead_comes_from_the_file_or_a_flag() {
+    let json =
+        r#"{"data_dir": "/a", "participants": {"a": "http://h:1"}, "wal_fill_ahead_bytes": 0}"#;
+    assert_eq!(file(json).into_config().unwrap().wal_fill_ahead_bytes, 0);
+    let base = file(json);
+    let flags = FileConfig {
+        wal_fill_ahead_bytes: Some(1 << 20),
+        ..FileConfig::default()
+    };
+    let config = base.overlay(flags).into_config().unwrap();
+    assert_eq!(config.wal_fill_ahead_bytes, 1 << 20);
 }
 
 #[test]
@@ -85,6 +100,10 @@ fn bad_configs_are_refused_with_reason() {
         (
             r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "connections_max": 0}"#,
             "--connections-max",
+        ),
+        (
+            r#"{"data_dir": "/x", "participants": {"a": "http://h:1"}, "wal_fill_ahead_bytes": 67108865}"#,
+            "wal_fill_ahead_bytes",
         ),
     ];
     for (json, needle) in cases {

@@ -73,7 +73,8 @@ fn new_coordinator_id() -> Result<CoordinatorId, StartError> {
 /// Opens the log under `config.data_dir` and recovers. The returned core is ready: its epoch
 /// is durable, recovery's aborts are submitted and its resends are under way.
 pub async fn recover(config: &Config, metrics: Arc<Metrics>) -> Result<Arc<Core>, StartError> {
-    recover_on(Arc::new(PreallocatedStorage), config, metrics).await
+    let storage = PreallocatedStorage::with_fill_ahead(config.wal_fill_ahead_bytes);
+    recover_on(Arc::new(storage), config, metrics).await
 }
 
 /// [`recover`] on any storage (the WAL's simulated, fault-injecting one in tests).

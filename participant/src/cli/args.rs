@@ -14,6 +14,8 @@ use protocol::ParticipantName;
 pub const COMMIT_GROUP_DELAY_US_DEFAULT: u64 = 1_000;
 /// Most `--commit-group-delay-us` accepted.
 pub const COMMIT_GROUP_DELAY_US_MAX: u64 = 100_000;
+/// Past this a fill is a long write stalling the syncs behind it, for no gain.
+pub const WAL_FILL_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
 /// Command-line arguments (every flag and default is in docs/operations.md).
 #[derive(Debug, clap::Args)]
@@ -69,6 +71,11 @@ pub struct Args {
     /// that wait for acknowledgements (`?wait=acked`) one transaction at a time.
     #[arg(long, default_value_t = COMMIT_GROUP_DELAY_US_DEFAULT)]
     pub commit_group_delay_us: u64,
+    /// How far ahead of its appends a log segment is zero-filled, so that most fdatasyncs need
+    /// not write the file's size; 0 for plain appends, which some storage syncs faster when
+    /// transactions come one at a time (docs/operations.md).
+    #[arg(long, value_name = "BYTES", default_value_t = wal::FILL_AHEAD_BYTES)]
+    pub wal_fill_ahead_bytes: u64,
     /// Longest a prepare may queue for keys locked by older attempts before voting no
     /// (`lock_timeout`); the coordinator's `lock_wait_ms` can only shorten it. 0: never wait.
     #[arg(long, default_value_t = 2_000)]

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use protocol::ParticipantName;
 
-use crate::cli::args::{Args, COMMIT_GROUP_DELAY_US_MAX, coordinator_urls};
+use crate::cli::args::{
+    Args, COMMIT_GROUP_DELAY_US_MAX, WAL_FILL_AHEAD_BYTES_MAX, coordinator_urls,
+};
 use crate::cli::shutdown::shutdown_signal;
 use crate::config::ParticipantConfig;
 use crate::kv::{KvStore, routes};
@@ -23,6 +25,13 @@ impl Args {
                 "--commit-group-delay-us {} is over the limit of {COMMIT_GROUP_DELAY_US_MAX} \
                  (every acknowledgement would wait that long at low load)",
                 self.commit_group_delay_us
+            ));
+        }
+        if self.wal_fill_ahead_bytes > WAL_FILL_AHEAD_BYTES_MAX {
+            return Err(format!(
+                "--wal-fill-ahead-bytes {} is over the limit of {WAL_FILL_AHEAD_BYTES_MAX} (a fill \
+                 that long stalls the syncs behind it)",
+                self.wal_fill_ahead_bytes
             ));
         }
         if self.checkpoint_every_records == 0 {
@@ -62,6 +71,7 @@ impl Args {
         config.decision_timeout_ms = self.decision_timeout_ms;
         config.checkpoint_every_records = self.checkpoint_every_records;
         config.wal.group_delay = std::time::Duration::from_micros(self.commit_group_delay_us);
+        config.wal_fill_ahead_bytes = self.wal_fill_ahead_bytes;
         if self.unsafe_no_fsync {
             config.wal.sync = wal::SyncPolicy::Never;
         }
@@ -238,6 +248,19 @@ mod tests {
         assert_eq!(zero.wal.group_delay, std::time::Duration::ZERO);
         let error = config(&["--commit-group-delay-us", "100001"]).unwrap_err();
         assert!(error.contains("--commit-group-delay-us 100001"), "{error}");
+    }
+
+    #[test]
+    fn wal_fill_ahead_reaches_the_config_and_is_bounded() {
+        assert_eq!(
+            config(&[]).unwrap().wal_fill_ahead_bytes,
+            wal::FILL_AHEAD_BYTES
+        );
+        let plain = config(&["--wal-fill-ahead-bytes", "0"]).unwrap();
+        assert_eq!(plain.wal_fill_ahead_bytes, 0);
+        let over = (WAL_FILL_AHEAD_BYTES_MAX + 1).to_string();
+        let error = config(&["--wal-fill-ahead-bytes", &over]).unwrap_err();
+        assert!(error.contains("--wal-fill-ahead-bytes"), "{error}");
     }
 
     #[test]
