@@ -243,13 +243,23 @@ fn file_name(path: &std::path::Path) -> String {
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
+/// Writes every seed file, then names them on stdout. A reader that went away (`| head -1`)
+/// must not cost a file: the names are only a report, and writing them fails quietly.
 fn write_seeds(dir: &std::path::Path, config: &CheckoutConfig) -> Result<()> {
+    use std::io::Write;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
     for (name, seed) in config.seeds() {
         let path = dir.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_vec_pretty(&seed)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("wrote {}", path.display());
+        written.push(path);
+    }
+    let mut out = std::io::stdout().lock();
+    for path in written {
+        if writeln!(out, "wrote {}", path.display()).is_err() {
+            break;
+        }
     }
     Ok(())
 }
