@@ -156,3 +156,48 @@ async fn a_corrupt_log_refuses_to_start_with_exit_4() {
     );
     assert!(node.log().contains("corrupt"), "{}", node.log());
 }
+
+/// `--wal-fill-ahead-bytes 0`: a killed participant's segment ends at its last record (no
+/// zeros filled ahead), and the prepared attempt is still prepared after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_fill_ahead_a_killed_log_ends_at_its_last_record_and_keeps_its_promise() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path(), "inventory", r#"{"stock": 10}"#);
+    spec.args
+        .extend(["--wal-fill-ahead-bytes".to_string(), "0".to_string()]);
+    let mut node = Node::start(spec);
+    blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
+    let prepare = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+                         "incarnation": INCARNATION, "position": 1,
+                         "payload": {"ops": [{"op": "add", "key": "stock", "delta": -4}]}});
+    assert_eq!(
+        post(&node, "/2pc/prepare", prepare).await,
+        json!({"vote": "yes"})
+    );
+    node.kill();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_twopc"))
+        .args(["wal", "verify", "--json"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = summary["segments"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(last["record_bytes"].as_u64().unwrap() > 0, "{summary}");
+    assert_eq!(last["bytes"], last["record_bytes"], "no zeros: {summary}");
+
+    node.restart();
+    blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
+    let commit = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+                        "incarnation": INCARNATION});
+    assert_eq!(
+        post(&node, "/2pc/commit", commit).await,
+        json!({"ack": true})
+    );
+    assert_eq!(stock(&node).await, 6);
+}
