@@ -44,6 +44,19 @@ fn gtid(position: u64) -> String {
     format!("c:{INCARNATION}:{position}")
 }
 
+/// The prepare of attempt 1, `t1`: four out of stock.
+fn take_four_t1() -> Value {
+    json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+           "incarnation": INCARNATION, "position": 1,
+           "payload": {"ops": [{"op": "add", "key": "stock", "delta": -4}]}})
+}
+
+/// The commit of `t1`.
+fn commit_t1() -> Value {
+    json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
+           "incarnation": INCARNATION})
+}
+
 async fn post(node: &Node, path: &str, body: Value) -> Value {
     node.http_as(protocol::auth::Kind::Peer)
         .post(format!("{}{path}", node.url()))
@@ -74,17 +87,12 @@ async fn seed_applies_once_and_sigterm_exits_cleanly() {
     let mut node = Node::start(spec(dir.path(), "inventory", r#"{"stock": 10}"#));
     blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
     assert_eq!(stock(&node).await, 10);
-    let prepare = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
-                         "incarnation": INCARNATION, "position": 1,
-                         "payload": {"ops": [{"op": "add", "key": "stock", "delta": -4}]}});
     assert_eq!(
-        post(&node, "/2pc/prepare", prepare).await,
+        post(&node, "/2pc/prepare", take_four_t1()).await,
         json!({"vote": "yes"})
     );
-    let commit = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
-                        "incarnation": INCARNATION});
     assert_eq!(
-        post(&node, "/2pc/commit", commit).await,
+        post(&node, "/2pc/commit", commit_t1()).await,
         json!({"ack": true})
     );
     let status = blocking(|| node.terminate(Duration::from_secs(10)));
@@ -167,11 +175,8 @@ async fn with_no_fill_ahead_a_killed_log_ends_at_its_last_record_and_keeps_its_p
         .extend(["--wal-fill-ahead-bytes".to_string(), "0".to_string()]);
     let mut node = Node::start(spec);
     blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
-    let prepare = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
-                         "incarnation": INCARNATION, "position": 1,
-                         "payload": {"ops": [{"op": "add", "key": "stock", "delta": -4}]}});
     assert_eq!(
-        post(&node, "/2pc/prepare", prepare).await,
+        post(&node, "/2pc/prepare", take_four_t1()).await,
         json!({"vote": "yes"})
     );
     node.kill();
@@ -193,10 +198,8 @@ async fn with_no_fill_ahead_a_killed_log_ends_at_its_last_record_and_keeps_its_p
 
     node.restart();
     blocking(|| node.wait_ready(Duration::from_secs(30))).unwrap();
-    let commit = json!({"txid": "t1", "gtid": gtid(1), "coordinator_id": "c", "epoch": 1,
-                        "incarnation": INCARNATION});
     assert_eq!(
-        post(&node, "/2pc/commit", commit).await,
+        post(&node, "/2pc/commit", commit_t1()).await,
         json!({"ack": true})
     );
     assert_eq!(stock(&node).await, 6);
