@@ -9,7 +9,7 @@
 //!
 //! The map, floor by floor; a module imports only from floors below its own (or, within a
 //! floor, from one listed before it):
-//! 1. `digest`, `query_limit` (the decision-query budget), `saga::facts` (what a saga's log
+//! 1. `digest`, `query_limit` (the decision-query budget), `saga_facts` (what a saga's log
 //!    proves about each step), `leases` (the pure lease service and its records),
 //!    `http_client`.
 //! 2. `records`: what the log and its checkpoint hold. The ground the engines stand on; it
@@ -47,4 +47,5 @@ pub mod query_limit;
 pub mod records;
 pub mod runtime;
 pub mod saga;
+pub mod saga_facts;
 pub mod server;

@@ -253,7 +253,8 @@ async fn lead_when_elected(
         }),
     )
     .await?;
-    node.lead(Arc::clone(&core), mirror, lease);
+    let watched = Arc::clone(&core);
+    node.lead(move || watched.is_poisoned(), mirror, lease);
     Ok(core)
 }
 

@@ -100,7 +100,7 @@ pub struct Config {
     /// Whether the log fsyncs. `false` only for benchmark baselines (`--unsafe-no-fsync`);
     /// never from the config file.
     pub fsync: bool,
-    /// Batch prepares and decisions to participants that offer it (`runtime::batches`);
+    /// Batch prepares and decisions to participants that offer it (the runtime's batches);
     /// `--no-phase-batching` sends each as a message of its own.
     pub phase_batching: bool,
     /// Unknown-attempt decision queries answered per second per caller address, and at once

@@ -22,7 +22,6 @@ use super::etcd_group::{EtcdGroup, GroupError, Term};
 use super::mirror::GroupMirror;
 use super::replica_host::ReplicaHost;
 use super::rules::{self, Member};
-use crate::runtime::Core;
 
 /// What this node is now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -268,15 +267,22 @@ impl GroupNode {
         }
     }
 
-    /// Recovery is done: answer clients, keep the lease, attach followers, watch the log.
-    pub fn lead(self: &Arc<Self>, core: Arc<Core>, mirror: GroupMirror, lease: LeaseId) {
+    /// Recovery is done: answer clients, keep the lease, attach followers, watch the log
+    /// (`log_failed` says whether the runtime's log has failed; the group stands below the
+    /// runtime, so it is asked, not imported).
+    pub fn lead(
+        self: &Arc<Self>,
+        log_failed: impl Fn() -> bool + Send + 'static,
+        mirror: GroupMirror,
+        lease: LeaseId,
+    ) {
         let _ = self.mirror.set(mirror.clone());
         self.leading.store(true, Ordering::Release);
         tokio::spawn(Arc::clone(self).keep_leader_lease(lease));
         let node = Arc::clone(self);
         tokio::spawn(async move {
             loop {
-                if core.is_poisoned() {
+                if log_failed() {
                     node.step_down(
                         "the log failed (a sync point could not be made durable on \
                                     this node and its sync set)",

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use protocol::TxId;
 
 use crate::digest::Digest;
-use crate::saga::facts::Fact;
+use crate::saga_facts::Fact;
 
 /// What the saga engine logs. Every step's start and outcome is durable before the next
 /// message is sent; replay folds them with the planner's rules.

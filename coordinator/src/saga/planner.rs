@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use super::facts::{Fact, Folded, LogEntry, LogEvent, PlanStep, apply, fold};
+pub use crate::saga_facts::{Fact, Folded, LogEntry, LogEvent, PlanStep, apply, fold};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

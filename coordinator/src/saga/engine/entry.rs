@@ -9,8 +9,8 @@ use crate::engine::WaiterId;
 use crate::records::{
     SagaBeginRecord, SagaEndRecord, SagaOpOutcome, SagaRecord, SagaSnapshot, StepProgress,
 };
-use crate::saga::facts::{self, Fact, LogEvent, PlanStep};
 use crate::saga::planner;
+use crate::saga_facts::{self as facts, Fact, LogEvent, PlanStep};
 
 use super::io::SagaWait;
 

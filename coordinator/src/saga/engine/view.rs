@@ -3,7 +3,7 @@
 
 use protocol::saga::{OpKind, SagaResponse, SagaStepStatus, StepStatus, op_id};
 
-use crate::saga::facts::Fact;
+use crate::saga_facts::Fact;
 
 use super::entry::{Busy, SagaEntry};
 
