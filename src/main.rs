@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     match cli.command {
         Command::Coordinator(args) => coordinator::cli::main(args),
-        Command::Participant(args) => participant::cli::main(args),
+        Command::Participant(args) => participant::command::main(args),
         Command::Relay(args) => relay::cli::main(args),
         Command::Wal(command) => wal_cmd::main(command),
         Command::Demo(args) => demo::main(args),

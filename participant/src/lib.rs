@@ -4,7 +4,7 @@
 //! 4.4): a pure protocol engine ([`engine`]) over a service's [`Resource`], the durable
 //! prepared-state log on the `wal` crate, epoch fencing, tombstones, recovery with in-doubt
 //! resolution, and the HTTP routes. It also ships the reference KV store ([`kv`]) and the
-//! `twopc participant` command ([`cli`]).
+//! `twopc participant` command ([`command`]).
 //!
 //! It must never decide a prepared transaction's outcome by itself, never answer yes before the
 //! prepared record is durable, never ack a decision before its record is durable, and never
@@ -27,15 +27,16 @@
 //! 4. HTTP: `api_error` (the error body every route answers with), `cross_site` and [`auth`]
 //!    (the guard), `fence_http` and `outbox_http` (the outbox's routes), then [`http`] (the
 //!    routes);
-//! 5. the process: [`cli::args`] (every flag), the services that read them, [`kv`] (the
-//!    reference store, its routes and its process) and [`postgres`] (the PostgreSQL
-//!    backend), and last [`cli`], `twopc participant`, which picks the backend.
+//! 5. the process: [`cli`] (every flag, and the shutdown signal), the services that read them,
+//!    [`kv`] (the reference store, its routes and its process) and [`postgres`] (the
+//!    PostgreSQL backend), and last [`command`], `twopc participant`, which picks the backend.
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod api_error;
 pub mod auth;
 pub mod batch_http;
 pub mod cli;
+pub mod command;
 pub mod config;
 pub mod crash;
 mod cross_site;

@@ -14,6 +14,12 @@ use protocol::ParticipantName;
 pub const COMMIT_GROUP_DELAY_US_DEFAULT: u64 = 1_000;
 /// Most `--commit-group-delay-us` accepted.
 pub const COMMIT_GROUP_DELAY_US_MAX: u64 = 100_000;
+
+/// PostgreSQL sessions for phase two by default: enough that a lone decision rarely waits for
+/// another's round trip, few enough that decisions arriving together share them (one `COMMIT
+/// PREPARED` per statement, several per round trip).
+pub const POSTGRES_DECISION_CONNECTIONS_DEFAULT: usize = 4;
+
 /// Past this a fill is a long write stalling the syncs behind it, for no gain.
 pub const WAL_FILL_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
@@ -307,6 +313,6 @@ pub struct PgArgs {
     /// PostgreSQL sessions kept apart for phase two (`COMMIT PREPARED`, `ROLLBACK PREPARED`),
     /// recovery and health reads, on top of --postgres-connections: prepares waiting on a row
     /// lock can never hold them all while the commit that frees the lock waits.
-    #[arg(long, default_value_t = crate::postgres::config::DECISION_CONNECTIONS_DEFAULT)]
+    #[arg(long, default_value_t = POSTGRES_DECISION_CONNECTIONS_DEFAULT)]
     pub postgres_decision_connections: usize,
 }

@@ -1,9 +1,7 @@
 //! How a PostgreSQL participant runs: one place for every tunable and its default.
 
-/// Sessions for phase two by default: enough that a lone decision rarely waits for another's
-/// round trip, few enough that decisions arriving together share them (one `COMMIT PREPARED`
-/// per statement, several per round trip).
-pub const DECISION_CONNECTIONS_DEFAULT: usize = 4;
+/// Sessions for phase two by default (the flag's default, where its reasons are).
+pub use crate::cli::args::POSTGRES_DECISION_CONNECTIONS_DEFAULT as DECISION_CONNECTIONS_DEFAULT;
 
 /// Configuration of a [`super::PgParticipant`].
 #[derive(Debug, Clone)]
