@@ -275,7 +275,7 @@ pub struct ErrorBody {
     /// highest epoch it holds for the sender's coordinator id. A coordinator that learns its
     /// epoch was passed or claimed by another run logs an epoch above it (docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub highest_epoch: Option<crate::Epoch>,
+    pub highest_epoch: Option<crate::ids::Epoch>,
     /// With `not_leader`: the base URL of the group's leader, when this node knows one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
@@ -298,7 +298,7 @@ impl ErrorBody {
     }
 
     /// Names the highest epoch the answering participant holds (see `highest_epoch`).
-    pub fn with_highest_epoch(mut self, epoch: crate::Epoch) -> Self {
+    pub fn with_highest_epoch(mut self, epoch: crate::ids::Epoch) -> Self {
         self.highest_epoch = Some(epoch);
         self
     }
