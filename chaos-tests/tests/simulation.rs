@@ -13,7 +13,8 @@
 
 use std::time::Instant;
 
-use chaos_tests::sim::{Batching, Mutation, RunStats, SimConfig, fingerprint, run_seed};
+use chaos_tests::sim::run::{fingerprint, run_seed};
+use chaos_tests::sim::{Batching, Mutation, RunStats, SimConfig};
 
 /// Seeds per `cargo test` run, in all shards together.
 const CI_SEEDS: u64 = 10_000;

@@ -40,7 +40,9 @@
 //! - `world`: one run's state and what its seed draws before the first step;
 //! - `invariants`, `operator` and `trace`, each acting on the world: the checks, the operator
 //!   who resolves what the coordinator cannot, the step trace;
-//! - `scheduler`: the event loop over all of them ([`run_seed`] and [`fingerprint`] start it).
+//! - `scheduler`: the event loop over all of them;
+//! - [`run`]: one seed run to its end ([`run::run_seed`]) and a run's [`run::fingerprint`], on
+//!   top of everything above.
 //!
 //! Beside it, worlds of their own, each a folder with its state in `mod.rs` and the files that
 //! act on it beside: `saga_world` (sagas under faults and clock steps), `saga_reuse` (saga ids
@@ -59,6 +61,7 @@ mod net;
 mod operator;
 mod participant_node;
 mod phase_items;
+pub mod run;
 mod saga_reuse;
 mod saga_world;
 mod scheduler;
@@ -245,69 +248,10 @@ impl fmt::Display for Failure {
             ),
             mutation => write!(
                 f,
-                "replay: chaos_tests::sim::run_seed({}, SimConfig {{ mutation: Mutation::{mutation:?}, \
+                "replay: chaos_tests::sim::run::run_seed({}, SimConfig {{ mutation: Mutation::{mutation:?}, \
                  batching: Batching::{:?}, orders: {}, ..SimConfig::default() }})",
                 self.seed, self.batching, self.orders
             ),
         }
     }
-}
-
-/// Runs one seed to the end; `Err` names the broken invariant.
-/// A failing seed runs a second time with the step trace on (the run is deterministic, so it
-/// fails the same way), which keeps the passing seeds fast.
-pub fn run_seed(seed: u64, config: SimConfig) -> Result<RunStats, Failure> {
-    let mut world = world::World::new(seed, config, false);
-    let mut stats = match world.run() {
-        Ok(stats) => stats,
-        Err(quick) => {
-            let mut traced = world::World::new(seed, config, true);
-            return Err(match traced.run() {
-                Err(failure) => failure,
-                // Not deterministic after all: report that, with the first failure.
-                Ok(_) => Failure {
-                    detail: format!(
-                        "{} (NOT REPRODUCED with tracing on: the run is not deterministic)",
-                        quick.detail
-                    ),
-                    ..quick
-                },
-            });
-        }
-    };
-    let mut bodies = std::collections::BTreeSet::new();
-    for (gtid, (_, digest)) in &world.coordinator.attempts {
-        stats.attempts += 1;
-        if !bodies.insert(digest.0) {
-            stats.reattempts += 1;
-        }
-        match world.coordinator.durable_decisions.get(gtid) {
-            Some(protocol::Decision::Commit) => stats.committed += 1,
-            Some(protocol::Decision::Abort) => stats.aborted += 1,
-            None => {}
-        }
-    }
-    stats.undecidable = world
-        .participants
-        .iter()
-        .map(|p| p.undecidable().len() as u64)
-        .sum();
-    stats.lock_waits = world.participants.iter().map(|p| p.lock_waits).sum();
-    stats.lock_grants = world.participants.iter().map(|p| p.lock_grants).sum();
-    stats.batched_runs = u64::from(world.coordinator.batching.is_some());
-    stats.lines_refused = world.coordinator.lines_refused;
-    Ok(stats)
-}
-
-/// A fingerprint of a whole run (its trace and final state), to check that a seed replays
-/// exactly.
-pub fn fingerprint(seed: u64, config: SimConfig) -> String {
-    let mut world = world::World::new(seed, config, true);
-    let result = world.run();
-    format!(
-        "{:?} {:?} {:?}",
-        result.map_err(|f| f.to_string()),
-        world.trace,
-        world.coordinator.durable_decisions
-    )
 }
