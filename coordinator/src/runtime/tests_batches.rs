@@ -280,9 +280,11 @@ async fn a_line_that_names_another_attempt_is_no_vote() {
     let (core, seen) = core_with(Manner::Misattributed).await;
     let outcomes = submit_all(&core, 12).await;
     let seen = seen.lock().unwrap();
-    // A prepare sent alone (its flush found only it) is answered honestly and commits. Every
-    // item of a batch got only lines naming other attempts: none of them may commit.
-    let lone = seen.alone_prepares;
+    // A prepare sent alone (its flush found only it) is answered honestly and commits, and so
+    // is the one item of a batch of one (a flush that found one prepare beside decisions, or
+    // the last of a split): its line can name no other attempt. Every item of a larger batch
+    // got only lines naming other attempts: none of them may commit.
+    let lone = seen.alone_prepares + seen.prepare_batches.iter().filter(|&&n| n == 1).count();
     let committed = outcomes
         .values()
         .filter(|o| **o == Outcome::Committed)
