@@ -16,6 +16,8 @@
 //! returns `Ok`, the batch survives a crash, which is what lets the engine drop it from staging.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
@@ -133,12 +135,23 @@ pub struct IndexStats {
     pub effective_window_ms: u64,
 }
 
+/// `outcomes` as one read snapshot sees it.
+type OutcomesSnapshot = redb::ReadOnlyTable<&'static str, (u64, u64, &'static [u8])>;
+
 #[derive(Debug)]
 pub struct OutcomeStore {
     db: Database,
     path: PathBuf,
     /// Most logical bytes kept; the oldest outcomes go first beyond it.
     max_bytes: u64,
+    /// Write transactions committed since open.
+    commits: AtomicU64,
+    /// The snapshot lookups share, with the `commits` count read before it was begun: reused
+    /// while no commit came since, so a lookup sees every commit that returned before it, as a
+    /// read transaction of its own would (beginning one and opening the table was most of a
+    /// lookup's cost on submit's path, docs/benchmarks.md). Dropped at the next lookup after a
+    /// commit, so it holds back the reuse of freed pages for one commit at most.
+    snapshot: Mutex<Option<(u64, Arc<OutcomesSnapshot>)>>,
 }
 
 /// The bytes one entry costs in the budget: every table's keys and values.
@@ -212,6 +225,8 @@ impl OutcomeStore {
             db,
             path: path.to_path_buf(),
             max_bytes,
+            commits: AtomicU64::new(0),
+            snapshot: Mutex::new(None),
         };
         // Create the tables, so read transactions find them from the start; an index written
         // before `by_gtid` existed gets it built (and its byte count redone to match).
@@ -263,6 +278,7 @@ impl OutcomeStore {
                 .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
             let value = body(&tx)?;
             tx.commit()?;
+            self.commits.fetch_add(1, Ordering::SeqCst);
             Ok(value)
         };
         run().map_err(self.err(op))
@@ -355,8 +371,7 @@ impl OutcomeStore {
         retention_ms: u64,
     ) -> Result<Option<Retained>, OutcomeError> {
         let found = (|| -> Result<Option<(u64, Vec<u8>)>, redb::Error> {
-            let tx = self.db.begin_read()?;
-            let outcomes = tx.open_table(OUTCOMES)?;
+            let outcomes = self.snapshot()?;
             Ok(outcomes.get(txid.as_str())?.map(|v| {
                 let (at, _, json) = v.value();
                 (at, json.to_vec())
@@ -369,6 +384,29 @@ impl OutcomeStore {
             }
             Some(_) | None => Ok(None),
         }
+    }
+
+    /// The shared snapshot of `outcomes`, begun anew when a commit came since the last one.
+    fn snapshot(&self) -> Result<Arc<OutcomesSnapshot>, redb::Error> {
+        // Read before the snapshot is begun: the snapshot then holds at least these commits.
+        let commits = self.commits.load(Ordering::SeqCst);
+        if let Some((seen, snapshot)) = self.shared_snapshot().as_ref()
+            && *seen == commits
+        {
+            return Ok(Arc::clone(snapshot));
+        }
+        // Begun outside the lock; of two begun at once, the one that has seen more commits stays.
+        let snapshot = Arc::new(self.db.begin_read()?.open_table(OUTCOMES)?);
+        let mut shared = self.shared_snapshot();
+        if shared.as_ref().is_none_or(|(seen, _)| *seen <= commits) {
+            *shared = Some((commits, Arc::clone(&snapshot)));
+        }
+        Ok(snapshot)
+    }
+
+    fn shared_snapshot(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<OutcomesSnapshot>)>> {
+        // Only ever a finished assignment under the lock: a panic elsewhere leaves it whole.
+        self.snapshot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The outcome recorded for attempt `gtid`, whatever id it ended under, inside the window

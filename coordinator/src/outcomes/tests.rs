@@ -277,3 +277,61 @@ fn budget_eviction_removes_the_attempt_mapping_too() {
     );
     assert_eq!(store.get_attempt(&gtid_of(&first), 0, DAY).unwrap(), None);
 }
+
+#[test]
+fn a_lookup_sees_every_commit_that_returned_before_it_though_lookups_share_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, u64::MAX);
+    // A miss first, so that a snapshot from before the archive is there to be reused.
+    assert_eq!(store.get(&id("a"), 1_000, DAY).unwrap(), None);
+    let a = ended("a", 1, Decision::Abort, 1_000);
+    store.archive(std::slice::from_ref(&a), 1_000, DAY).unwrap();
+    assert_eq!(store.get(&id("a"), 1_000, DAY).unwrap(), Some(a));
+    // A newer outcome for the id, then its expiry: each lookup after a commit sees that commit.
+    let newer = ended("a", 2, Decision::Commit, 2_000);
+    store
+        .archive(std::slice::from_ref(&newer), 2_000, DAY)
+        .unwrap();
+    assert_eq!(store.get(&id("a"), 2_000, DAY).unwrap(), Some(newer));
+    assert_eq!(store.expire(2_001 + DAY, DAY).unwrap(), 1);
+    assert_eq!(store.get(&id("a"), 0, u64::MAX).unwrap(), None);
+}
+
+#[test]
+fn lookups_racing_archives_find_every_outcome_archived_before_they_began() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(open(&dir, u64::MAX));
+    // How many single-outcome batches have returned: a lookup of any id below it must hit.
+    let archived = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (store, archived) = (
+                std::sync::Arc::clone(&store),
+                std::sync::Arc::clone(&archived),
+            );
+            std::thread::spawn(move || {
+                let mut checked = 0u64;
+                while archived.load(std::sync::atomic::Ordering::SeqCst) < 200 {
+                    let done = archived.load(std::sync::atomic::Ordering::SeqCst);
+                    if let Some(last) = done.checked_sub(1) {
+                        let found = store.get(&id(&format!("t{last}")), 0, DAY).unwrap();
+                        assert!(
+                            found.is_some(),
+                            "t{last} was archived before this lookup began"
+                        );
+                        checked += 1;
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    for i in 0..200u64 {
+        store
+            .archive(&[ended(&format!("t{i}"), i, Decision::Commit, 0)], 0, DAY)
+            .unwrap();
+        archived.store(i + 1, std::sync::atomic::Ordering::SeqCst);
+    }
+    let checked: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(checked > 0, "the readers looked nothing up");
+}
