@@ -146,11 +146,10 @@ pub struct OutcomeStore {
     max_bytes: u64,
     /// Write transactions committed since open.
     commits: AtomicU64,
-    /// The snapshot lookups share, with the `commits` count read before it was begun: reused
-    /// while no commit came since, so a lookup sees every commit that returned before it, as a
-    /// read transaction of its own would (beginning one and opening the table was most of a
-    /// lookup's cost on submit's path, docs/benchmarks.md). Dropped at the next lookup after a
-    /// commit, so it holds back the reuse of freed pages for one commit at most.
+    /// The snapshot lookups share, with the `commits` count read before it was begun: kept
+    /// only while no commit came since, so a lookup sees every commit that returned before it,
+    /// as a read transaction of its own would (beginning one and opening the table was half of
+    /// a lookup's cost on submit's path, docs/benchmarks.md). Every commit drops it.
     snapshot: Mutex<Option<(u64, Arc<OutcomesSnapshot>)>>,
 }
 
@@ -279,6 +278,9 @@ impl OutcomeStore {
             let value = body(&tx)?;
             tx.commit()?;
             self.commits.fetch_add(1, Ordering::SeqCst);
+            // Nothing keeps the pages this commit freed from being reused, however long until
+            // the next lookup (an idle coordinator's expiry sweeps still free pages).
+            *self.shared_snapshot() = None;
             Ok(value)
         };
         run().map_err(self.err(op))
@@ -395,13 +397,20 @@ impl OutcomeStore {
         {
             return Ok(Arc::clone(snapshot));
         }
-        // Begun outside the lock; of two begun at once, the one that has seen more commits stays.
+        // Begun outside the lock, kept only if no commit came meanwhile (a commit counts, then
+        // drops what is kept, so a snapshot kept here is never older than the last commit).
         let snapshot = Arc::new(self.db.begin_read()?.open_table(OUTCOMES)?);
         let mut shared = self.shared_snapshot();
-        if shared.as_ref().is_none_or(|(seen, _)| *seen <= commits) {
+        if self.commits.load(Ordering::SeqCst) == commits {
             *shared = Some((commits, Arc::clone(&snapshot)));
         }
         Ok(snapshot)
+    }
+
+    /// Whether a snapshot is kept for the next lookup (tests: every commit drops it).
+    #[cfg(test)]
+    pub(super) fn keeps_a_snapshot(&self) -> bool {
+        self.shared_snapshot().is_some()
     }
 
     fn shared_snapshot(&self) -> std::sync::MutexGuard<'_, Option<(u64, Arc<OutcomesSnapshot>)>> {

@@ -295,6 +295,13 @@ fn a_lookup_sees_every_commit_that_returned_before_it_though_lookups_share_a_sna
     assert_eq!(store.get(&id("a"), 2_000, DAY).unwrap(), Some(newer));
     assert_eq!(store.expire(2_001 + DAY, DAY).unwrap(), 1);
     assert_eq!(store.get(&id("a"), 0, u64::MAX).unwrap(), None);
+    // Kept between lookups, dropped by the next commit: an idle index's expiry sweeps are never
+    // kept from reusing the pages they free by a snapshot older than them.
+    assert!(store.keeps_a_snapshot());
+    store
+        .archive(&[ended("b", 3, Decision::Commit, 3_000)], 3_000, DAY)
+        .unwrap();
+    assert!(!store.keeps_a_snapshot());
 }
 
 #[test]
