@@ -3,6 +3,7 @@
 //! a corrupted log is refused.
 
 mod coordinator_support;
+mod wal_support;
 
 use std::time::Duration;
 
@@ -231,27 +232,6 @@ async fn outcomes_survive_checkpoints_and_restarts_within_retention() {
     );
 }
 
-/// The live segment's size against its records' bytes, as `twopc wal verify --json` reads them.
-fn segment_sizes(data_dir: &std::path::Path) -> (u64, u64) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_twopc"))
-        .args(["wal", "verify", "--json"])
-        .arg(data_dir)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let last = summary["segments"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    (
-        last["bytes"].as_u64().unwrap(),
-        last["record_bytes"].as_u64().unwrap(),
-    )
-}
-
 /// `--wal-fill-ahead-bytes`: by default a killed coordinator's segment runs on in zeros filled
 /// ahead of its appends; with 0 it ends at its last record. Either way the decision is there
 /// after the restart.
@@ -269,7 +249,7 @@ async fn the_logs_fill_ahead_is_the_flags_and_a_killed_log_reopens_either_way() 
         let (_, answer) = c.submit("", &two_party(&txid, &a, &b)).await;
         assert_eq!(answer["outcome"], "committed");
         c.node.kill();
-        let (file, records) = segment_sizes(&c.data_dir);
+        let (file, records) = wal_support::last_segment_sizes(&c.data_dir);
         assert!(records > 0);
         if zeros_after {
             assert!(
