@@ -1140,6 +1140,67 @@ fn pg_participant_after_commit_prepared() {
 
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn pg_participant_after_rollback_prepared() {
+    let mut rig = pg::rig(
+        cluster::postgres::PgServer::get(),
+        Some(("bank_a", "participant::pg_after_rollback_prepared")),
+    );
+    // bank_b's credit finds no account and votes no: bank_a's prepared debit is rolled back.
+    let (status, heard) = pg::post(
+        rig.coordinator.tokens(),
+        &format!("{}/v1/transactions", rig.coordinator.url()),
+        &cluster::pg_cluster::transfer("pg-kill-rolled-back", "bank_a", "a0", "bank_b", "zz", 10),
+    );
+    assert_eq!(status, 200, "{heard}");
+    assert_eq!(heard["outcome"], "aborted", "{heard}");
+    assert!(
+        rig.a.wait_exit(pg::SETTLE).is_some(),
+        "bank_a did not reach its crash point"
+    );
+    // Rolled back, no tombstone yet; the intent row came back with the rollback, and tells
+    // what the attempt's prepare looked like.
+    assert!(pg::prepared_gids(&rig.db_a).is_empty());
+    let sql = |query: &str| cluster::postgres::psql_url(&rig.db_a, query).unwrap();
+    let intent =
+        sql("SELECT gid, txid, coordinator_id, epoch, incarnation, position FROM twopc.pg_intents");
+    let fields: Vec<&str> = intent.split('|').collect();
+    assert_eq!(fields.len(), 6, "{intent}");
+    let outcome = format!(
+        "SELECT outcome FROM twopc.pg_outcomes WHERE gid = '{}'",
+        fields[0]
+    );
+    assert_eq!(sql(&outcome), "");
+    let late_prepare = json!({"txid": fields[1],
+        "gtid": fields[0].trim_start_matches("twopc:bank_a:"),
+        "coordinator_id": fields[2], "epoch": fields[3].parse::<u64>().unwrap(),
+        "incarnation": fields[4], "position": fields[5].parse::<u64>().unwrap(),
+        "payload": {"ops": [{"statement": "debit", "params": ["a0", 10]}]}});
+    // Restarted, the abort's resend finds nothing prepared and leaves the tombstone; a late
+    // prepare of the attempt then votes no instead of preparing it again.
+    rig.a.set_env(Vec::new());
+    rig.a.restart();
+    rig.a.wait_ready(READY_TIMEOUT).unwrap();
+    assert!(
+        pg::eventually(pg::SETTLE, || rig.all_acked("pg-kill-rolled-back")),
+        "{}",
+        rig.logs()
+    );
+    assert_eq!(sql(&outcome), "aborted");
+    assert_eq!(sql("SELECT count(*) FROM twopc.pg_intents"), "0");
+    let (status, late) = pg::post(
+        rig.a.tokens(),
+        &format!("{}/2pc/prepare", rig.a.url()),
+        &late_prepare,
+    );
+    assert_eq!(status, 200, "{late}");
+    assert_eq!(late["vote"], "no", "{late}");
+    assert!(pg::prepared_gids(&rig.db_a).is_empty());
+    assert_eq!(rig.balances(), (100, 100));
+    rig.conserved();
+}
+
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn pg_participant_after_outbox_write_committed() {
     use chaos_tests::pg_outbox::{
         CHECKOUT_STATEMENTS, CHECKOUTS_SQL, authorize, checkout, ids, intent, outbox_rows,

@@ -35,6 +35,8 @@ use crate::rejection::Rejection;
 pub const AFTER_PREPARE_TRANSACTION: &str = "participant::pg_after_prepare_transaction";
 /// Crash point: `COMMIT PREPARED` returned, the ack not yet sent.
 pub const AFTER_COMMIT_PREPARED: &str = "participant::pg_after_commit_prepared";
+/// Crash point: `ROLLBACK PREPARED` returned, the `aborted` tombstone not yet written.
+pub const AFTER_ROLLBACK_PREPARED: &str = "participant::pg_after_rollback_prepared";
 
 /// Why a protocol request got no vote or ack.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,8 @@
 //! Phase two: `COMMIT PREPARED` / `ROLLBACK PREPARED` of a decision (sent with others waiting,
 //! `super::phase_two`), and what a gid this database no longer holds means: idempotent, a gid
 //! is "already committed" only if its outcome row says so (see `super::schema`); a commit for a
-//! gid never prepared is 409 `not_prepared`; an abort of one leaves a tombstone.
+//! gid never prepared is 409 `not_prepared`; an abort leaves a tombstone (an `aborted` outcome
+//! row), whether it rolled a prepared transaction back or found none, so a late prepare votes no.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,7 +11,9 @@ use protocol::DecisionRequest;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
-use super::backend::{AFTER_COMMIT_PREPARED, PgParticipant, PgRequestError};
+use super::backend::{
+    AFTER_COMMIT_PREPARED, AFTER_ROLLBACK_PREPARED, PgParticipant, PgRequestError,
+};
 use super::error::{PgError, describe};
 use super::gid::Gid;
 use super::phase_two::Finish;
@@ -98,9 +101,31 @@ impl<W: PgWork> PgParticipant<W> {
                 Ok(()) => {
                     self.inner.held.ended(gid.as_str(), &self.inner.preparing);
                     self.inner.metrics.aborts.fetch_add(1, Ordering::Relaxed);
-                    // Rolled back with the transaction, its intent's removal is undone.
-                    let session = self.inner.pool.get(Side::Decide).await?;
-                    self.forget(session.client(), gid).await;
+                    crash_point(AFTER_ROLLBACK_PREPARED);
+                    // The tombstone an abort of a gid never prepared leaves, durable before the
+                    // ack: a prepare of it arriving late (a retried message the abort overtook)
+                    // then votes no instead of preparing it again. Rolled back with the
+                    // transaction, its intent's removal is undone: the intent goes with it. If
+                    // this fails, the abort is not acked; its resend finds nothing prepared and
+                    // takes the path below, which writes the same tombstone.
+                    let mut session = self.inner.pool.get(Side::Decide).await?;
+                    session.busy();
+                    let recorded = session
+                        .client()
+                        .batch_execute(&format!(
+                            "BEGIN; INSERT INTO twopc.pg_outcomes (gid, outcome) \
+                             VALUES ({gid}, 'aborted') ON CONFLICT (gid) DO NOTHING; \
+                             DELETE FROM twopc.pg_intents WHERE gid = {gid}; COMMIT",
+                            gid = gid.literal()
+                        ))
+                        .await;
+                    if let Err(error) = recorded {
+                        // Its transaction may be left open, failed: the session is not reused.
+                        session.discard();
+                        return Err(PgError::db("recording the rollback", error).into());
+                    }
+                    session.idle();
+                    self.forget_answer(gid);
                     tracing::debug!(%gid, "rolled back");
                     return Ok(());
                 }
