@@ -1,5 +1,5 @@
-//! `twopc relay`: the flags, the token files, the HTTP clients, the /healthz, /readyz and
-//! /metrics listener, and the shell's loop until SIGTERM or Ctrl-C.
+//! `twopc relay`: the flags, the token files, the HTTP clients, the status listener
+//! (`crate::status`), and the shell's loop until SIGTERM or Ctrl-C.
 //!
 //! This module must never print or log a token; errors name the file, not its text.
 
@@ -9,9 +9,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::http::header::CONTENT_TYPE;
-use axum::routing::get;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 
 use crate::coordinator_target::Coordinators;
@@ -45,6 +42,10 @@ pub struct Args {
     /// The client token sent to the coordinator: a client token file (`name token`), its first.
     #[arg(long, value_name = "FILE")]
     pub client_token_file: Option<PathBuf>,
+    /// Tokens that may read /metrics (one per line), as on the coordinator and the
+    /// participants; without it /metrics is open. /healthz and /readyz are always open.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
     /// PEM certificate(s) of the CA that https:// servers' certificates must come from.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
@@ -137,6 +138,13 @@ async fn run(args: Args) -> Result<(), StartError> {
             .build()?;
         Some(Coordinators::new(client, routes.coordinators.clone()))
     };
+    // Read before anything starts: a bad file is a configuration error (exit 2).
+    let metrics_keys = protocol::auth::TokenFiles {
+        metrics: args.metrics_token_file.clone(),
+        ..protocol::auth::TokenFiles::default()
+    }
+    .load(|path| std::fs::read_to_string(path))
+    .map_err(|e| StartError::Token(e.to_string()))?;
     let metrics = Arc::new(Metrics::default());
     let config = Config {
         poll_ms: args.poll_ms.max(1),
@@ -164,7 +172,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|error| StartError::Listen { addr, error })?;
-        let router = status_routes(metrics, target_names);
+        let router = crate::status::routes(metrics, target_names, metrics_keys);
         tokio::spawn(async move {
             if let Err(error) = net::serve(listener, router, None, shutdown_signal()).await {
                 tracing::error!(%error, "the status listener stopped");
@@ -175,17 +183,6 @@ async fn run(args: Args) -> Result<(), StartError> {
     crate::shell::run(planner, wires, shutdown_signal()).await;
     tracing::info!("relay stopped");
     Ok(())
-}
-
-fn status_routes(metrics: Arc<Metrics>, targets: Vec<String>) -> Router {
-    let text = move || {
-        let body = metrics.text(&targets);
-        async move { ([(CONTENT_TYPE, net::exposition::CONTENT_TYPE)], body) }
-    };
-    Router::new()
-        .route(protocol::routes::HEALTHZ, get(|| async { "ok\n" }))
-        .route(protocol::routes::READYZ, get(|| async { "ready\n" }))
-        .route(protocol::routes::METRICS, get(text))
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -19,8 +19,9 @@
 //! 2. the wire: [`targets`] (what `--participant`, `--target` and `--coordinator` name), then
 //!    `outbox_client` (listings and reports), `http_target` (an HTTP receiver) and
 //!    `coordinator_target` (a transaction or saga under the event's id);
-//! 3. the process: `shell` (the planner driven by real I/O and a clock), then [`cli`]
-//!    (`twopc relay`: flags, tokens, the /healthz and /metrics listener).
+//! 3. the process: `shell` (the planner driven by real I/O and a clock) and `status` (the
+//!    /healthz, /readyz and /metrics routes, and who may read /metrics), then [`cli`]
+//!    (`twopc relay`: flags, tokens, the listener).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod backoff;
@@ -33,4 +34,5 @@ pub mod metrics;
 mod outbox_client;
 pub mod plan;
 mod shell;
+mod status;
 pub mod targets;
