@@ -138,7 +138,8 @@ async fn run(args: Args) -> Result<(), StartError> {
             .build()?;
         Some(Coordinators::new(client, routes.coordinators.clone()))
     };
-    // Read before anything starts: a bad file is a configuration error (exit 2).
+    // Read before anything starts: a bad file stops the start (exit 1, as a bad peer or client
+    // token file does).
     let metrics_keys = protocol::auth::TokenFiles {
         metrics: args.metrics_token_file.clone(),
         ..protocol::auth::TokenFiles::default()
