@@ -262,8 +262,15 @@ fn a_coordinator_restored_from_a_backup_answers_unknown_and_never_splits_a_decis
     );
     assert_eq!(code, Some(0), "{resolved}{err}\n{}", chaos.logs());
     assert!(resolved.contains("as commit (audit #1)"), "{resolved}");
-    let view = wait_view(&chaos, &x, |v| v.applied_everywhere());
-    assert!(view.prepared_nowhere(), "{view:?}");
+    // Waited on together: a view reads the in-doubt lists before the markers, so a commit
+    // landing between the two reads shows shipping both prepared and applied.
+    let view = wait_view(&chaos, &x, |v| {
+        v.applied_everywhere() && v.prepared_nowhere()
+    });
+    assert!(
+        view.applied_everywhere() && view.prepared_nowhere(),
+        "{view:?}"
+    );
     let status = view.coordinator.expect("the resolution is X's status now");
     assert_eq!(status.outcome, Some(Outcome::Committed), "{status:?}");
     let operator = cluster::auth::audited_operator(chaos.cluster.tokens.as_ref(), "ana");
