@@ -1,17 +1,17 @@
-//! `twopc relay`: the flags, the token files, the HTTP clients, the status listener
-//! (`crate::status`), and the shell's loop until SIGTERM or Ctrl-C.
+//! `twopc relay`: the flags, the token files (`crate::credentials`, reread on SIGHUP), the
+//! HTTP clients, the status listener (`crate::status`), and the shell's loop until SIGTERM or
+//! Ctrl-C.
 //!
 //! This module must never print or log a token; errors name the file, not its text.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
-
 use crate::coordinator_target::Coordinators;
+use crate::credentials::{Authed, Credentials, Sends};
 use crate::metrics::Metrics;
 use crate::plan::{Config, Planner};
 use crate::shell::Wires;
@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, value_name = "URL[,URL...]")]
     pub coordinator: Option<String>,
     /// The peer token sent to participants (their reports are peer routes): a peer token file,
-    /// its first token.
+    /// its first token. Reread on SIGHUP, as every token file of the relay.
     #[arg(long, value_name = "FILE")]
     pub peer_token_file: Option<PathBuf>,
     /// The client token sent to the coordinator: a client token file (`name token`), its first.
@@ -123,29 +123,35 @@ async fn run(args: Args) -> Result<(), StartError> {
         &args.targets,
         args.coordinator.as_deref(),
     )?;
+    // Read before anything starts: a bad file stops the start (exit 1).
+    let credentials = Arc::new(
+        Credentials::load(
+            args.peer_token_file.clone(),
+            args.client_token_file.clone(),
+            args.metrics_token_file.clone(),
+        )
+        .map_err(StartError::Token)?,
+    );
     let tls = args.tls_ca.as_deref().map(net::client_config).transpose()?;
     let attempt_timeout = Duration::from_millis(args.attempt_timeout_ms.max(1));
     let limits = net::Limits::service(attempt_timeout);
-    let participants = net::outbound::reqwest_builder(&limits, tls.clone())?
-        .default_headers(bearer(args.peer_token_file.as_deref(), Kind::Peer)?)
-        .build()?;
+    let participants = Authed::new(
+        net::outbound::reqwest_client(&limits, tls.clone())?,
+        Arc::clone(&credentials),
+        Sends::Peer,
+    );
     let receivers = net::outbound::reqwest_client(&limits, tls.clone())?;
     let coordinators = if routes.coordinators.is_empty() {
         None
     } else {
-        let client = net::outbound::reqwest_builder(&limits, tls)?
-            .default_headers(bearer(args.client_token_file.as_deref(), Kind::Client)?)
-            .build()?;
+        let client = Authed::new(
+            net::outbound::reqwest_client(&limits, tls)?,
+            Arc::clone(&credentials),
+            Sends::Client,
+        );
         Some(Coordinators::new(client, routes.coordinators.clone()))
     };
-    // Read before anything starts: a bad file stops the start (exit 1, as a bad peer or client
-    // token file does).
-    let metrics_keys = protocol::auth::TokenFiles {
-        metrics: args.metrics_token_file.clone(),
-        ..protocol::auth::TokenFiles::default()
-    }
-    .load(|path| std::fs::read_to_string(path))
-    .map_err(|e| StartError::Token(e.to_string()))?;
+    let reloader = tokio::spawn(Arc::clone(&credentials).reload_on_sighup());
     let metrics = Arc::new(Metrics::default());
     let config = Config {
         poll_ms: args.poll_ms.max(1),
@@ -173,7 +179,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|error| StartError::Listen { addr, error })?;
-        let router = crate::status::routes(metrics, target_names, metrics_keys);
+        let router = crate::status::routes(metrics, target_names, credentials.keys());
         tokio::spawn(async move {
             if let Err(error) = net::serve(listener, router, None, shutdown_signal()).await {
                 tracing::error!(%error, "the status listener stopped");
@@ -182,37 +188,9 @@ async fn run(args: Args) -> Result<(), StartError> {
         tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
     }
     crate::shell::run(planner, wires, shutdown_signal()).await;
+    reloader.abort();
     tracing::info!("relay stopped");
     Ok(())
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Peer,
-    Client,
-}
-
-/// The `Authorization` header of a token file's first token (none given: no header).
-fn bearer(file: Option<&Path>, kind: Kind) -> Result<HeaderMap, StartError> {
-    let mut headers = HeaderMap::new();
-    let Some(file) = file else {
-        return Ok(headers);
-    };
-    let name = file.display().to_string();
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| StartError::Token(format!("cannot read the token file {name}: {e}")))?;
-    use protocol::auth::{parse_named, parse_plain};
-    let token = match kind {
-        Kind::Peer => parse_plain(&name, &text).map(|t| t.into_iter().next()),
-        Kind::Client => parse_named(&name, &text).map(|t| t.into_iter().next().map(|n| n.token)),
-    }
-    .map_err(|e| StartError::Token(e.to_string()))?
-    .ok_or_else(|| StartError::Token(format!("the token file {name} holds no token")))?;
-    let mut value = HeaderValue::from_str(&token.bearer_header())
-        .map_err(|_| StartError::Token(format!("{name}: the token is not a valid header value")))?;
-    value.set_sensitive(true);
-    headers.insert(AUTHORIZATION, value);
-    Ok(headers)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

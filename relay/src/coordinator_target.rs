@@ -19,6 +19,7 @@ use protocol::{ErrorBody, ErrorCode, routes};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use crate::credentials::Authed;
 use crate::targets::Answer;
 
 /// What an intent submits.
@@ -31,7 +32,7 @@ pub enum Kind {
 /// A coordinator group as the relay calls it.
 #[derive(Debug)]
 pub struct Coordinators {
-    client: reqwest::Client,
+    client: Authed,
     urls: Vec<String>,
     last: AtomicUsize,
     /// Between two status reads while an outcome is not final.
@@ -42,7 +43,7 @@ pub struct Coordinators {
 const ANSWER_BYTES_MAX: usize = net::outbound::SERVICE_ANSWER_BYTES_MAX;
 
 impl Coordinators {
-    pub fn new(client: reqwest::Client, urls: Vec<String>) -> Coordinators {
+    pub fn new(client: Authed, urls: Vec<String>) -> Coordinators {
         Coordinators {
             client,
             urls,

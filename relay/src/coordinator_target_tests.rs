@@ -145,7 +145,7 @@ async fn a_group_is_tried_in_turn_and_outcomes_are_waited_for_under_the_same_id(
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let mut group = Coordinators::new(client, urls);
+    let mut group = Coordinators::new(crate::credentials::Authed::without_token(client), urls);
     group.poll = Duration::from_millis(10);
     let time = Duration::from_secs(2);
     let request = json!({"participants": [{"name": "payments", "payload": {"amount": 5}}]});

@@ -16,9 +16,10 @@
 //!
 //! 1. the ground: `events` and `backoff` (the planner's vocabulary and waits), then [`plan`]
 //!    (the pure planner), [`crash`] (the named crash point), [`metrics`];
-//! 2. the wire: [`targets`] (what `--participant`, `--target` and `--coordinator` name), then
-//!    `outbox_client` (listings and reports), `http_target` (an HTTP receiver) and
-//!    `coordinator_target` (a transaction or saga under the event's id);
+//! 2. the wire: [`targets`] (what `--participant`, `--target` and `--coordinator` name) and
+//!    `credentials` (the tokens sent and taken, reread on SIGHUP), then `outbox_client`
+//!    (listings and reports), `http_target` (an HTTP receiver) and `coordinator_target` (a
+//!    transaction or saga under the event's id);
 //! 3. the process: `shell` (the planner driven by real I/O and a clock) and `status` (the
 //!    /healthz, /readyz and /metrics routes, and who may read /metrics), then [`cli`]
 //!    (`twopc relay`: flags, tokens, the listener).
@@ -28,6 +29,7 @@ mod backoff;
 pub mod cli;
 mod coordinator_target;
 pub mod crash;
+mod credentials;
 mod events;
 mod http_target;
 pub mod metrics;

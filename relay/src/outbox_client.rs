@@ -7,15 +7,11 @@ use protocol::routes;
 use reqwest::StatusCode;
 use serde_json::Value;
 
+use crate::credentials::Authed;
 use crate::plan::{Event, ReportResult};
 
 /// The participant's listing of open intents, as the planner's event.
-pub async fn list(
-    client: &reqwest::Client,
-    participant: &str,
-    base: &str,
-    generation: u64,
-) -> Event {
+pub async fn list(client: &Authed, participant: &str, base: &str, generation: u64) -> Event {
     let url = format!(
         "{base}{}?state=heads&limit={OUTBOX_LIST_LIMIT_MAX}",
         routes::OUTBOX
@@ -58,7 +54,7 @@ pub async fn list(
 
 /// `POST .../delivered` with the receiver's answer.
 pub async fn report_delivered(
-    client: &reqwest::Client,
+    client: &Authed,
     base: &str,
     event_id: &str,
     answer: Value,
@@ -72,7 +68,7 @@ pub async fn report_delivered(
 
 /// `POST .../attempt`: an attempt that delivered nothing known (or, `permanent`, a refusal).
 pub async fn report_attempt(
-    client: &reqwest::Client,
+    client: &Authed,
     base: &str,
     event_id: &str,
     error: String,
@@ -85,7 +81,7 @@ pub async fn report_attempt(
     post(client, &url, &AttemptReport { error, permanent }).await
 }
 
-async fn post(client: &reqwest::Client, url: &str, body: &impl serde::Serialize) -> ReportResult {
+async fn post(client: &Authed, url: &str, body: &impl serde::Serialize) -> ReportResult {
     let response = match client.post(url).json(body).send().await {
         Ok(response) => response,
         Err(error) => {

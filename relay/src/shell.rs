@@ -19,7 +19,7 @@ use crate::targets::{Answer, Routes, Target};
 pub struct Wires {
     pub routes: Routes,
     /// To participants (the peer token).
-    pub participants: reqwest::Client,
+    pub participants: crate::credentials::Authed,
     /// To HTTP receivers (no token of ours: they are not twopc services).
     pub receivers: reqwest::Client,
     /// To the coordinator group (the client token), when a target submits to it.

@@ -1,7 +1,8 @@
 //! The relay's status listener: `/healthz` and `/readyz` open, `/metrics` open unless metrics
 //! tokens are given (`--metrics-token-file`, as on the coordinator and the participants), and
-//! then read only with one of them: 401 `unauthorized` without one, 403 `forbidden` with a
-//! token of another kind. This module must never log a token.
+//! then read only with one of them, as in force at the request (reread on SIGHUP): 401
+//! `unauthorized` without one, 403 `forbidden` with a token of another kind. This module must
+//! never log a token.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use protocol::auth::{Access, Denied, Keys, REALM};
+use protocol::auth::{Access, Denied, KeyRing, REALM};
 use protocol::{ErrorBody, ErrorCode};
 
 use crate::metrics::Metrics;
@@ -20,11 +21,11 @@ use crate::metrics::Metrics;
 struct Status {
     metrics: Arc<Metrics>,
     targets: Arc<Vec<String>>,
-    keys: Arc<Keys>,
+    keys: KeyRing,
 }
 
 /// The listener's routes; `keys` holds the metrics tokens, if any were given.
-pub fn routes(metrics: Arc<Metrics>, targets: Vec<String>, keys: Keys) -> Router {
+pub fn routes(metrics: Arc<Metrics>, targets: Vec<String>, keys: KeyRing) -> Router {
     Router::new()
         .route(protocol::routes::HEALTHZ, get(|| async { "ok\n" }))
         .route(protocol::routes::READYZ, get(|| async { "ready\n" }))
@@ -32,7 +33,7 @@ pub fn routes(metrics: Arc<Metrics>, targets: Vec<String>, keys: Keys) -> Router
         .with_state(Status {
             metrics,
             targets: Arc::new(targets),
-            keys: Arc::new(keys),
+            keys,
         })
 }
 
@@ -40,7 +41,7 @@ async fn metrics_text(State(status): State<Status>, headers: HeaderMap) -> Respo
     let presented = headers
         .get(AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    match status.keys.authorize(Access::Metrics, presented) {
+    match status.keys.current().authorize(Access::Metrics, presented) {
         Ok(_) => (
             [(CONTENT_TYPE, net::exposition::CONTENT_TYPE)],
             status.metrics.text(&status.targets),
@@ -68,13 +69,13 @@ fn refusal(denied: Denied) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::auth::TokenFiles;
+    use protocol::auth::{Keys, TokenFiles};
 
     const METRICS_TOKEN: &str = "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d0f";
     const OTHER_TOKEN: &str = "1a3c5e7b9d0f2a4c6e8b0d1f3a5c7e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c";
 
     /// Serves the routes on a loopback port; returns the base URL.
-    async fn serve(keys: Keys) -> String {
+    async fn serve(keys: KeyRing) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let router = routes(Arc::new(Metrics::default()), vec!["orders".into()], keys);
@@ -116,7 +117,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_are_open_without_metrics_tokens() {
-        let base = serve(Keys::default()).await;
+        let base = serve(KeyRing::new(Keys::default())).await;
         let (status, _, text) = get(&format!("{base}/metrics"), None).await;
         assert_eq!(status, 200);
         assert!(text.contains("twopc_relay_"), "{text}");
@@ -124,7 +125,8 @@ mod tests {
 
     #[tokio::test]
     async fn with_metrics_tokens_only_a_metrics_token_reads_them() {
-        let base = serve(metrics_keys()).await;
+        let keys = KeyRing::new(metrics_keys());
+        let base = serve(keys.clone()).await;
         let url = format!("{base}/metrics");
         let (status, challenge, body) = get(&url, None).await;
         assert_eq!(status, 401, "{body}");
@@ -144,6 +146,21 @@ mod tests {
         assert!(text.contains("twopc_relay_"), "{text}");
         // Health stays open: an orchestrator's probe carries no token.
         let (status, _, _) = get(&format!("{base}/healthz"), None).await;
+        assert_eq!(status, 200);
+
+        // Rotated (what SIGHUP does): the old token is refused at the next request, the new
+        // one reads.
+        keys.replace(
+            TokenFiles {
+                metrics: Some("metrics.tokens".into()),
+                ..TokenFiles::default()
+            }
+            .load(|_| Ok(format!("{OTHER_TOKEN}\n")))
+            .unwrap(),
+        );
+        let (status, _, _) = get(&url, Some(METRICS_TOKEN)).await;
+        assert_eq!(status, 401);
+        let (status, _, _) = get(&url, Some(OTHER_TOKEN)).await;
         assert_eq!(status, 200);
     }
 }

@@ -31,8 +31,8 @@ struct Book {
 #[derive(Debug, Clone)]
 struct Shared {
     book: Arc<Mutex<Book>>,
-    /// The bearer token reports must carry, when set.
-    peer: Option<String>,
+    /// The bearer token reports must carry, when set (changed by a test rotating it).
+    peer: Arc<Mutex<Option<String>>>,
 }
 
 /// A fake participant outbox on a loopback port; dropping it stops it.
@@ -40,6 +40,7 @@ struct Shared {
 pub struct FakeOutbox {
     pub addr: SocketAddr,
     book: Arc<Mutex<Book>>,
+    peer: Arc<Mutex<Option<String>>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -76,9 +77,10 @@ impl FakeOutbox {
             entries,
             ..Book::default()
         }));
+        let peer = Arc::new(Mutex::new(peer));
         let shared = Shared {
             book: book.clone(),
-            peer,
+            peer: peer.clone(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -104,6 +106,7 @@ impl FakeOutbox {
         FakeOutbox {
             addr,
             book,
+            peer,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -111,6 +114,16 @@ impl FakeOutbox {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// From now on only `peer` is taken (the old token is refused, 401).
+    pub fn require_peer(&self, peer: &str) {
+        *self.peer.lock().unwrap_or_else(PoisonError::into_inner) = Some(peer.to_string());
+    }
+
+    /// A new intent, written after the others.
+    pub fn push(&self, entry: OutboxEntry) {
+        self.book().entries.push(entry);
     }
 
     pub fn entries(&self) -> Vec<OutboxEntry> {
@@ -158,7 +171,12 @@ fn error(status: StatusCode, code: &str, message: &str) -> (StatusCode, Json<Val
 }
 
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
-    let Some(peer) = &shared.peer else {
+    let Some(peer) = shared
+        .peer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+    else {
         return true;
     };
     let sent = headers
