@@ -1157,23 +1157,29 @@ fn pg_participant_after_rollback_prepared() {
         rig.a.wait_exit(pg::SETTLE).is_some(),
         "bank_a did not reach its crash point"
     );
-    // Rolled back, no tombstone yet; the intent row came back with the rollback, and tells
-    // what the attempt's prepare looked like.
+    // Rolled back, no tombstone yet: nothing prepared, no outcome row (keyed by the gid
+    // without its txid), and no intent row (the gid carries the txid).
     assert!(pg::prepared_gids(&rig.db_a).is_empty());
     let sql = |query: &str| cluster::postgres::psql_url(&rig.db_a, query).unwrap();
-    let intent =
-        sql("SELECT gid, txid, coordinator_id, epoch, incarnation, position FROM twopc.pg_intents");
-    let fields: Vec<&str> = intent.split('|').collect();
-    assert_eq!(fields.len(), 6, "{intent}");
-    let outcome = format!(
-        "SELECT outcome FROM twopc.pg_outcomes WHERE gid = '{}'",
-        fields[0]
+    let gtid = heard["gtid"]
+        .as_str()
+        .expect("the status names the attempt");
+    let mut parts = gtid.rsplitn(3, ':');
+    let (position, incarnation, coordinator) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
     );
+    let epoch = sql(&format!(
+        "SELECT epoch FROM twopc.pg_epochs WHERE coordinator_id = '{coordinator}'"
+    ));
+    let outcome =
+        format!("SELECT outcome FROM twopc.pg_outcomes WHERE gid = 'twopc:bank_a:{gtid}'");
     assert_eq!(sql(&outcome), "");
-    let late_prepare = json!({"txid": fields[1],
-        "gtid": fields[0].trim_start_matches("twopc:bank_a:"),
-        "coordinator_id": fields[2], "epoch": fields[3].parse::<u64>().unwrap(),
-        "incarnation": fields[4], "position": fields[5].parse::<u64>().unwrap(),
+    assert_eq!(sql("SELECT count(*) FROM twopc.pg_intents"), "0");
+    let late_prepare = json!({"txid": "pg-kill-rolled-back", "gtid": gtid,
+        "coordinator_id": coordinator, "epoch": epoch.parse::<u64>().unwrap(),
+        "incarnation": incarnation, "position": position.parse::<u64>().unwrap(),
         "payload": {"ops": [{"statement": "debit", "params": ["a0", 10]}]}});
     // Restarted, the abort's resend finds nothing prepared and leaves the tombstone; a late
     // prepare of the attempt then votes no instead of preparing it again.

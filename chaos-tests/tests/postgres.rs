@@ -61,7 +61,12 @@ fn the_protocol_maps_onto_prepare_transaction() {
         &prepare_body(1, debit.clone()),
     );
     assert_eq!((status, &vote), (200, &json!({"vote": "yes"})));
-    assert_eq!(prepared_gids(&db), [format!("twopc:bank:{}", gtid(1))]);
+    assert_eq!(prepared_gids(&db), [format!("twopc:bank:{}+t1", gtid(1))]);
+    assert_eq!(
+        psql_url(&db, "SELECT count(*) FROM twopc.pg_intents").unwrap(),
+        "0",
+        "the gid carries the txid: no intent row"
+    );
     assert_eq!(balance(&db, "a0"), 100);
     let locked = psql_url(
         &db,
@@ -78,7 +83,7 @@ fn the_protocol_maps_onto_prepare_transaction() {
     // /v1/prepared lists it with its age and what a decision query needs.
     let (_, listed) = get(node.tokens(), &format!("{url}/v1/prepared"));
     let entry = &listed["prepared"][0];
-    assert_eq!(entry["gid"], format!("twopc:bank:{}", gtid(1)));
+    assert_eq!(entry["gid"], format!("twopc:bank:{}+t1", gtid(1)));
     assert_eq!(entry["txid"], "t1");
     assert_eq!(entry["epoch"], 2);
     assert!(entry["age_ms"].is_u64());
@@ -388,7 +393,7 @@ fn a_repeated_prepare_of_a_prepared_gid_is_yes_in_the_same_run_and_after_a_resta
     node.restart();
     node.wait_ready(READY_TIMEOUT).unwrap();
     assert_eq!(prepare(&node), yes, "repeated after a restart");
-    assert_eq!(prepared_gids(&db), [format!("twopc:bank:{}", gtid(1))]);
+    assert_eq!(prepared_gids(&db), [format!("twopc:bank:{}+t1", gtid(1))]);
     assert_eq!(balance(&db, "a0"), 100);
 
     let (status, ack) = post(

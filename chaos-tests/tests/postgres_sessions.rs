@@ -301,7 +301,7 @@ fn a_gid_prepared_in_another_database_is_not_ours() {
     let ours = server.create_database("ours");
     let theirs = server.create_database("theirs");
     seed_accounts(&ours, 2, 100);
-    let gid = format!("twopc:{}:{}", bank_name(&ours), gtid(1));
+    let gid = format!("twopc:{}:{}+t1", bank_name(&ours), gtid(1));
     query(
         &theirs,
         &format!(

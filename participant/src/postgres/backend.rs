@@ -1,13 +1,14 @@
 //! The protocol mapped onto PostgreSQL's two-phase commit.
 //!
-//! Prepare, in two round trips on one session: first the intent row (a transaction of its
-//! own), `BEGIN`, the `committed` outcome row, the intent's removal (both seen only once the
-//! transaction commits) and the service's work, all sent together; then, once their answers
-//! (row counts included) are checked, `PREPARE TRANSACTION '<gid>'`, then yes: the prepared
-//! state is durable in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it, and with it the
-//! intent written just before). Only a gid this process may hold prepared (`super::held`)
-//! looks at `pg_prepared_xacts` first. Commit / abort: `super::decide`, on phase-two sessions
-//! (`super::phase_two`).
+//! Prepare, in two round trips on one session: `BEGIN`, the `committed` outcome row (seen only
+//! once the transaction commits) and the service's work, all sent together; then, once their
+//! answers (row counts included) are checked, `PREPARE TRANSACTION '<gid>'`, then yes: the
+//! prepared state is durable in PostgreSQL's own WAL (`PREPARE TRANSACTION` flushes it). The
+//! gid carries the txid a decision query needs (`super::gid`); where it does not fit, an
+//! intent row carries it, written first in a transaction of its own (made durable by the same
+//! flush) and removed by the prepared transaction; the statements are in `super::prepare_sql`.
+//! Only a gid this process may hold prepared (`super::held`) looks at `pg_prepared_xacts`
+//! first. Commit / abort: `super::decide`, on phase-two sessions (`super::phase_two`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -18,13 +19,17 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::config::PgConfig;
-use super::error::{PgError, describe};
+use super::error::PgError;
 use super::gid::{Gid, GidPrefix};
 use super::held::Held;
 use super::metrics::PgMetrics;
 use super::phase_two::PhaseTwo;
-use super::policy::{self, Fence, Known, Recorded};
+use super::policy::{self, Fence, Known};
 use super::pool::{Pool, Side};
+use super::prepare_sql::{
+    FIRST_INTENT_SQL, FIRST_OUTCOME_SQL, FORGET_SQL, INTENT_SQL, INTENT_TYPES, OUTCOME_SQL, lookup,
+    prepare_refusal,
+};
 use super::schema;
 use super::work::{PgWork, WorkRefusal};
 use crate::api_error::ApiError;
@@ -216,12 +221,43 @@ impl<W: PgWork> PgParticipant<W> {
         self.inner.max_prepared
     }
 
-    /// The gid this participant uses for an attempt.
-    pub fn gid_of(&self, gtid: &protocol::GlobalTxId) -> Result<Gid, Rejection> {
+    /// The gid this participant prepares an attempt of `txid` under: with the txid where it
+    /// fits (`super::gid`), except for an attempt an earlier version prepared under its gid
+    /// without the txid, which may still be prepared here (those are held since the start).
+    pub fn gid_of(
+        &self,
+        gtid: &protocol::GlobalTxId,
+        txid: &protocol::TxId,
+    ) -> Result<Gid, Rejection> {
+        let refused = |e: super::gid::GidError| Rejection::InvalidPayload(e.to_string());
+        let gid = self.inner.prefix.gid(gtid, txid).map_err(refused)?;
+        if gid.carries_txid() {
+            let without = self.inner.prefix.gid_without_txid(gtid).map_err(refused)?;
+            if self.inner.held.holds(without.as_str()) {
+                return Ok(without);
+            }
+        }
+        Ok(gid)
+    }
+
+    /// The key of an attempt's outcome row: its gid without the txid, whichever gid it is
+    /// prepared under, so that one attempt has one row (an earlier version keyed every row so,
+    /// and a late prepare must find the outcome it recorded).
+    pub(crate) fn outcome_key(&self, gid: &Gid) -> Gid {
         self.inner
             .prefix
-            .gid(gtid)
-            .map_err(|e| Rejection::InvalidPayload(e.to_string()))
+            .without_txid(gid)
+            .unwrap_or_else(|| gid.clone())
+    }
+
+    /// The highest epoch recorded for `coordinator_id` (`twopc.pg_epochs`).
+    pub(crate) fn highest_epoch(&self, coordinator_id: &str) -> Option<u64> {
+        self.inner
+            .epochs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(coordinator_id)
+            .copied()
     }
 
     /// Fencing: 409 `stale_epoch` for an epoch below the highest seen; a higher one is
@@ -298,7 +334,7 @@ impl<W: PgWork> PgParticipant<W> {
     /// Phase one. `Ok(Vote::Yes)` only once `PREPARE TRANSACTION` has returned.
     pub async fn prepare(&self, request: PrepareRequest) -> Result<Vote, PgRequestError> {
         Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
+        let gid = self.gid_of(&request.gtid, &request.txid)?;
         self.fence(
             request.coordinator_id.as_str(),
             request.epoch.0,
@@ -352,11 +388,17 @@ impl<W: PgWork> PgParticipant<W> {
             .unwrap_or(wait_max)
             .min(wait_max)
             .max(1);
+        // A gid that carries its txid needs no intent row: the transaction is all there is.
+        let with_intent = !gid.carries_txid();
         // The intent's transaction waits for no lock in the normal course; lock_timeout bounds
         // it all the same.
         let intent_begin =
             format!("BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL lock_timeout = {wait}");
-        let begin = format!("COMMIT; BEGIN; SET LOCAL lock_timeout = {wait}");
+        let begin = if with_intent {
+            format!("COMMIT; BEGIN; SET LOCAL lock_timeout = {wait}")
+        } else {
+            format!("BEGIN; SET LOCAL lock_timeout = {wait}")
+        };
         let (gid_text, txid, coordinator) = (
             gid.as_str(),
             request.txid.as_str(),
@@ -372,14 +414,23 @@ impl<W: PgWork> PgParticipant<W> {
             for (sql, types) in &self.inner.work_sql {
                 work.push(session.statement(sql, types).await?);
             }
+            let intent = if with_intent {
+                Some((
+                    session.statement(intent_text, &INTENT_TYPES).await?,
+                    session.statement(FORGET_SQL, &[Type::TEXT]).await?,
+                ))
+            } else {
+                None
+            };
             Ok::<_, tokio_postgres::Error>((
-                session.statement(intent_text, &INTENT_TYPES).await?,
-                session.statement(outcome_text, &[Type::TEXT]).await?,
-                session.statement(FORGET_SQL, &[Type::TEXT]).await?,
+                intent,
+                session
+                    .statement(outcome_text, &[Type::TEXT, Type::TEXT])
+                    .await?,
                 work,
             ))
         };
-        let (intent_sql, outcome_sql, forget_sql, work_statements) = match statements.await {
+        let (intent, outcome_sql, work_statements) = match statements.await {
             Ok(prepared) => prepared,
             Err(error) => {
                 session.discard();
@@ -394,30 +445,50 @@ impl<W: PgWork> PgParticipant<W> {
             &incarnation,
             &position,
         ];
+        let key = self.outcome_key(gid);
+        let key_text = key.as_str();
         let gid_param: [&(dyn ToSql + Sync); 1] = [&gid_text];
+        let outcome_params: [&(dyn ToSql + Sync); 2] = [&key_text, &gid_text];
         // From the first message until PREPARE TRANSACTION or ROLLBACK returns, a transaction
         // may be open on this session: if this future is dropped (the request cancelled), the
         // session closes, and PostgreSQL rolls it back.
         session.busy();
         let client = session.client();
-        // One round trip. The intent commits first, asynchronously: PREPARE TRANSACTION below
-        // flushes the WAL through its own record, so the intent is durable before any yes.
-        // Then the transaction: the outcome row (which also finds a gid decided or prepared
-        // already, see OUTCOME_SQL), the intent's removal, and the work.
-        let (intent_begin, intent, began, outcome_row, forgotten, worked) = tokio::join!(
-            biased;
-            client.batch_execute(&intent_begin),
-            client.execute(&intent_sql, &intent_params),
-            client.batch_execute(&begin),
-            client.execute(&outcome_sql, &gid_param),
-            client.execute(&forget_sql, &gid_param),
-            self.inner
-                .work
-                .work_prepared(client, &work_statements, &request.payload),
-        );
-        if let Err(error) = intent_begin.and(intent.map(drop)).and(began) {
+        // One round trip: the transaction, the outcome row (which also finds a gid decided or
+        // prepared already, see OUTCOME_SQL) and the work. With an intent row, it commits
+        // first, asynchronously (PREPARE TRANSACTION below flushes the WAL through its own
+        // record, so the intent is durable before any yes), and the transaction removes it.
+        let work = self
+            .inner
+            .work
+            .work_prepared(client, &work_statements, &request.payload);
+        let (begun, outcome_row, forgotten, worked) = match &intent {
+            Some((intent_sql, forget_sql)) => {
+                let (intent_begin, intent, began, outcome_row, forgotten, worked) = tokio::join!(
+                    biased;
+                    client.batch_execute(&intent_begin),
+                    client.execute(intent_sql, &intent_params),
+                    client.batch_execute(&begin),
+                    client.execute(&outcome_sql, &outcome_params),
+                    client.execute(forget_sql, &gid_param),
+                    work,
+                );
+                let begun = intent_begin.and(intent.map(drop)).and(began);
+                (begun, outcome_row, forgotten.map(drop), worked)
+            }
+            None => {
+                let (began, outcome_row, worked) = tokio::join!(
+                    biased;
+                    client.batch_execute(&begin),
+                    client.execute(&outcome_sql, &outcome_params),
+                    work,
+                );
+                (began, outcome_row, Ok(()), worked)
+            }
+        };
+        if let Err(error) = begun {
             session.discard();
-            return Err(PgError::db("recording the intent", error).into());
+            return Err(PgError::db("beginning the transaction", error).into());
         }
         let refusal = match (outcome_row, forgotten, worked) {
             (Err(error), _, _) if policy::already_known(error.code().map(SqlState::code)) => {
@@ -425,7 +496,7 @@ impl<W: PgWork> PgParticipant<W> {
                 let (rolled_back, known) = tokio::join!(
                     biased;
                     client.batch_execute("ROLLBACK"),
-                    lookup(client, gid),
+                    lookup(client, gid, &key),
                 );
                 if rolled_back.is_err() {
                     session.discard();
@@ -470,16 +541,19 @@ impl<W: PgWork> PgParticipant<W> {
                 }
             }
         };
-        // Nothing was prepared: roll back and forget the intent (asynchronously: a leftover
-        // intent only costs a row). After a failed PREPARE TRANSACTION no transaction is open,
-        // and ROLLBACK only warns.
-        let cleaned = client
-            .batch_execute(&format!(
+        // Nothing was prepared: roll back and forget the intent, if any (asynchronously: a
+        // leftover intent only costs a row). After a failed PREPARE TRANSACTION no transaction
+        // is open, and ROLLBACK only warns.
+        let cleanup = if with_intent {
+            format!(
                 "ROLLBACK; BEGIN; SET LOCAL synchronous_commit = off; \
                  DELETE FROM twopc.pg_intents WHERE gid = {}; COMMIT",
                 gid.literal()
-            ))
-            .await;
+            )
+        } else {
+            "ROLLBACK".to_string()
+        };
+        let cleaned = client.batch_execute(&cleanup).await;
         if cleaned.is_err() {
             session.discard();
         } else {
@@ -489,100 +563,5 @@ impl<W: PgWork> PgParticipant<W> {
             WorkRefusal::No(reason) => Ok(Vote::No { reason }),
             WorkRefusal::Invalid(message) => Err(Rejection::InvalidPayload(message).into()),
         }
-    }
-}
-
-/// The parameters of [`INTENT_SQL`]: gid, txid, coordinator id, epoch, incarnation, position.
-const INTENT_TYPES: [Type; 6] = [
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT8,
-    Type::TEXT,
-    Type::INT8,
-];
-
-/// The intent row's removal, inside the transaction, so that it is gone exactly when the
-/// transaction commits.
-const FORGET_SQL: &str = "DELETE FROM twopc.pg_intents WHERE gid = $1";
-
-/// The intent row, committed on its own before the transaction begins: a decision query needs
-/// it while the transaction is prepared. None for a gid decided already (an outcome row) or
-/// prepared in this database now: that transaction has deleted its intent row, uncommitted,
-/// and an insert meeting the row would wait for the transaction to end (a repeated prepare
-/// would hang until the decision). An intent left by a prepare that ended early stays as it is.
-const INTENT_SQL: &str = "INSERT INTO twopc.pg_intents \
-    (gid, txid, coordinator_id, epoch, incarnation, position) \
-    SELECT $1, $2, $3, $4, $5, $6 \
-    WHERE NOT EXISTS (SELECT 1 FROM twopc.pg_outcomes WHERE gid = $1) \
-    AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts \
-        WHERE gid = $1 AND database = current_database()) \
-    ON CONFLICT (gid) DO NOTHING";
-
-/// [`INTENT_SQL`] for a gid not [`Held`]: not prepared in this database now, so nothing to look
-/// for in `pg_prepared_xacts`.
-const FIRST_INTENT_SQL: &str = "INSERT INTO twopc.pg_intents \
-    (gid, txid, coordinator_id, epoch, incarnation, position) \
-    SELECT $1, $2, $3, $4, $5, $6 \
-    WHERE NOT EXISTS (SELECT 1 FROM twopc.pg_outcomes WHERE gid = $1) \
-    ON CONFLICT (gid) DO NOTHING";
-
-/// [`OUTCOME_SQL`] for a gid not [`Held`]: a unique violation still finds one decided already.
-const FIRST_OUTCOME_SQL: &str = "INSERT INTO twopc.pg_outcomes (gid, outcome) \
-    VALUES ($1, 'committed')";
-
-/// The `committed` outcome row, inside the transaction (it exists exactly when the transaction
-/// committed). It fails at once for a gid already known: a unique violation when an outcome
-/// row exists, and NULL (a not-null violation) when the gid is prepared in this database now
-/// -- checked first because that transaction's own uncommitted row would make this insert wait
-/// for it (up to `lock_timeout`) instead of failing. Either way the work sent after it fails at
-/// once too, and the records decide the vote.
-const OUTCOME_SQL: &str = "INSERT INTO twopc.pg_outcomes (gid, outcome) \
-    VALUES ($1, CASE WHEN EXISTS (SELECT 1 FROM pg_prepared_xacts \
-        WHERE gid = $1 AND database = current_database()) THEN NULL ELSE 'committed' END)";
-
-/// What this database holds of a gid: its outcome row, and whether it is prepared here now (a
-/// gid prepared in another database of the server is not ours).
-async fn lookup(
-    client: &tokio_postgres::Client,
-    gid: &Gid,
-) -> Result<(Option<Recorded>, bool), PgRequestError> {
-    let rows = client
-        .query_typed(
-            "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1 \
-             UNION ALL SELECT 'prepared' FROM pg_prepared_xacts \
-             WHERE gid = $1 AND database = current_database()",
-            &[(&gid.as_str(), Type::TEXT)],
-        )
-        .await
-        .map_err(|e| PgError::db("looking up the attempt", e))?;
-    let mut recorded = None;
-    let mut prepared_now = false;
-    for row in &rows {
-        let what: String = row.get(0);
-        prepared_now |= what == "prepared";
-        recorded = recorded.or(Recorded::parse(&what));
-    }
-    Ok((recorded, prepared_now))
-}
-
-/// Why `PREPARE TRANSACTION` (or the outcome row before it) failed, as a no vote.
-fn prepare_refusal(error: &tokio_postgres::Error) -> WorkRefusal {
-    let message = describe(error);
-    let full = error.as_db_error().is_some_and(|db| {
-        db.message()
-            .contains("maximum number of prepared transactions reached")
-    });
-    if full {
-        WorkRefusal::No(format!(
-            "prepared_transactions_full: {message}; raise max_prepared_transactions (needs a \
-             PostgreSQL restart) or resolve old prepared transactions"
-        ))
-    } else if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-        WorkRefusal::No(format!(
-            "the attempt was aborted here before it was prepared ({message})"
-        ))
-    } else {
-        WorkRefusal::No(message)
     }
 }

@@ -1,7 +1,8 @@
 //! Phase two: `COMMIT PREPARED` / `ROLLBACK PREPARED` of a decision (sent with others waiting,
 //! `super::phase_two`), and what a gid this database no longer holds means: idempotent, a gid
-//! is "already committed" only if its outcome row says so (see `super::schema`); a commit for a
-//! gid never prepared is 409 `not_prepared`; an abort leaves a tombstone (an `aborted` outcome
+//! is "already committed" only if its attempt's outcome row says so (see `super::schema`; the
+//! row's key is the gid without the txid, `PgParticipant::outcome_key`); a commit for a gid
+//! never prepared is 409 `not_prepared`; an abort leaves a tombstone (an `aborted` outcome
 //! row), whether it rolled a prepared transaction back or found none, so a late prepare votes no.
 
 use std::sync::atomic::Ordering;
@@ -30,7 +31,7 @@ impl<W: PgWork> PgParticipant<W> {
     /// Phase two, commit: `COMMIT PREPARED`, or an ack if the outcome row shows it done.
     pub async fn commit(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
         Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
+        let gid = self.gid_of(&request.gtid, &request.txid)?;
         self.fence(
             request.coordinator_id.as_str(),
             request.epoch.0,
@@ -60,7 +61,8 @@ impl<W: PgWork> PgParticipant<W> {
             }
             Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {
                 let session = self.inner.pool.get(Side::Decide).await?;
-                match policy::commit_missing(outcome(session.client(), gid).await?) {
+                let key = self.outcome_key(gid);
+                match policy::commit_missing(outcome(session.client(), &key).await?) {
                     CommitMissing::AlreadyCommitted => Ok(()),
                     CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
                         "{gid} was aborted here; it cannot commit"
@@ -84,7 +86,7 @@ impl<W: PgWork> PgParticipant<W> {
     /// prepare then votes no).
     pub async fn abort(&self, request: DecisionRequest) -> Result<(), PgRequestError> {
         Self::check_owner(&request.gtid, &request.coordinator_id)?;
-        let gid = self.gid_of(&request.gtid)?;
+        let gid = self.gid_of(&request.gtid, &request.txid)?;
         self.fence(
             request.coordinator_id.as_str(),
             request.epoch.0,
@@ -95,6 +97,7 @@ impl<W: PgWork> PgParticipant<W> {
     }
 
     pub(crate) async fn abort_gid(&self, gid: &Gid) -> Result<(), PgRequestError> {
+        let key = self.outcome_key(gid);
         let mut waited_ms = 0;
         loop {
             match self.inner.phase_two.finish(Finish::Rollback, gid).await? {
@@ -114,8 +117,9 @@ impl<W: PgWork> PgParticipant<W> {
                         .client()
                         .batch_execute(&format!(
                             "BEGIN; INSERT INTO twopc.pg_outcomes (gid, outcome) \
-                             VALUES ({gid}, 'aborted') ON CONFLICT (gid) DO NOTHING; \
+                             VALUES ({key}, 'aborted') ON CONFLICT (gid) DO NOTHING; \
                              DELETE FROM twopc.pg_intents WHERE gid = {gid}; COMMIT",
+                            key = key.literal(),
                             gid = gid.literal()
                         ))
                         .await;
@@ -161,11 +165,11 @@ impl<W: PgWork> PgParticipant<W> {
                 .execute(
                     "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'aborted') \
                      ON CONFLICT (gid) DO NOTHING",
-                    &[&gid.as_str()],
+                    &[&key.as_str()],
                 )
                 .await
                 .map_err(|e| PgError::db("recording the abort", e))?;
-            if !policy::abort_acked(outcome(client, gid).await?) {
+            if !policy::abort_acked(outcome(client, &key).await?) {
                 return Err(PgRequestError::Contradiction(format!(
                     "{gid} was committed here; it cannot abort"
                 )));
@@ -200,15 +204,15 @@ impl<W: PgWork> PgParticipant<W> {
     }
 }
 
-/// The recorded outcome of a gid, if any.
+/// The recorded outcome of an attempt (its outcome row under `key`), if any.
 async fn outcome(
     client: &tokio_postgres::Client,
-    gid: &Gid,
+    key: &Gid,
 ) -> Result<Option<Recorded>, PgRequestError> {
     let row = client
         .query_typed_opt(
             "SELECT outcome FROM twopc.pg_outcomes WHERE gid = $1",
-            &[(&gid.as_str(), Type::TEXT)],
+            &[(&key.as_str(), Type::TEXT)],
         )
         .await
         .map_err(|e| PgError::db("reading the outcome row", e))?;

@@ -1,20 +1,29 @@
 //! PostgreSQL global transaction identifiers (the `'<gid>'` of `PREPARE TRANSACTION`).
 //!
-//! A gid is `<prefix>:<gtid>`: the prefix names this participant (so recovery lists only its
-//! own prepared transactions among everything in `pg_prepared_xacts`), the gtid is the
-//! coordinator's `{coordinator_id}:{incarnation}:{position}`. PostgreSQL limits a gid to 199
-//! bytes and takes it only as a literal (never a bind parameter), so every gid is validated
-//! here (id characters only) and quoted by [`Gid::literal`].
+//! A gid is `<prefix>:<gtid>+<txid>`: the prefix names this participant (so recovery lists
+//! only its own prepared transactions among everything in `pg_prepared_xacts`), the gtid is the
+//! coordinator's `{coordinator_id}:{incarnation}:{position}`, and the client's txid is what a
+//! decision query names besides, so a participant restarted with the transaction prepared reads
+//! it back from the gid (no row of its own to write per prepare). Every decision message
+//! carries the txid too, so commit and abort compute the same gid. PostgreSQL limits a gid to
+//! 199 bytes: where the txid does not fit, the gid is `<prefix>:<gtid>` and an intent row
+//! carries the txid (`super::backend`), as it did for every gid before (such gids, prepared by
+//! an earlier version, are still recognised). PostgreSQL takes a gid only as a literal (never
+//! a bind parameter), so every gid is validated here and quoted by [`Gid::literal`].
 
 use std::fmt;
 
-use protocol::GlobalTxId;
+use protocol::{GlobalTxId, TxId};
 
 /// PostgreSQL's limit on a gid: `GIDSIZE` is 200 bytes including the terminating NUL.
 pub const GID_LEN_MAX: usize = 199;
 
 /// The prefix every gid of this library starts with, before the participant's name.
 pub const GID_TAG: &str = "twopc";
+
+/// Between the gtid and the txid: outside the id characters, so the split is unambiguous (a
+/// coordinator id and a txid may both contain `:`).
+pub const TXID_MARK: char = '+';
 
 /// Why a gid cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,9 +73,27 @@ impl GidPrefix {
         &self.0
     }
 
-    /// The gid of one attempt.
-    pub fn gid(&self, gtid: &GlobalTxId) -> Result<Gid, GidError> {
+    /// The gid of one attempt of `txid`: with the txid where it fits, else without.
+    pub fn gid(&self, gtid: &GlobalTxId, txid: &TxId) -> Result<Gid, GidError> {
+        let with_txid = format!("{}:{gtid}{TXID_MARK}{txid}", self.0);
+        if with_txid.len() <= GID_LEN_MAX {
+            return Gid::new(with_txid);
+        }
+        self.gid_without_txid(gtid)
+    }
+
+    /// The gid of an attempt without its txid: where the txid does not fit, and every gid an
+    /// earlier version prepared.
+    pub fn gid_without_txid(&self, gtid: &GlobalTxId) -> Result<Gid, GidError> {
         Gid::new(format!("{}:{gtid}", self.0))
+    }
+
+    /// For a gid that carries its txid, the same attempt's gid without it (what an earlier
+    /// version prepared and recorded the outcome under).
+    pub fn without_txid(&self, gid: &Gid) -> Option<Gid> {
+        let (gtid, txid) = self.parse(gid.as_str())?;
+        txid?;
+        self.gid_without_txid(&gtid).ok()
     }
 
     /// A `LIKE` pattern matching every gid with this prefix (the prefix holds no `%`/`_`
@@ -75,10 +102,19 @@ impl GidPrefix {
         format!("{}:%", self.0.replace('_', "\\_"))
     }
 
+    /// The attempt `gid` names if it carries this prefix: its gtid, and its txid if the gid
+    /// carries it.
+    pub fn parse(&self, gid: &str) -> Option<(GlobalTxId, Option<TxId>)> {
+        let rest = gid.strip_prefix(self.0.as_str())?.strip_prefix(':')?;
+        match rest.split_once(TXID_MARK) {
+            Some((gtid, txid)) => Some((GlobalTxId::new(gtid).ok()?, Some(TxId::new(txid).ok()?))),
+            None => Some((GlobalTxId::new(rest).ok()?, None)),
+        }
+    }
+
     /// The gtid inside `gid` if it carries this prefix.
     pub fn gtid_of(&self, gid: &str) -> Option<GlobalTxId> {
-        let rest = gid.strip_prefix(self.0.as_str())?.strip_prefix(':')?;
-        GlobalTxId::new(rest).ok()
+        self.parse(gid).map(|(gtid, _)| gtid)
     }
 }
 
@@ -88,7 +124,8 @@ impl fmt::Display for GidPrefix {
     }
 }
 
-/// A validated gid: under PostgreSQL's limit, made of id characters only.
+/// A validated gid: under PostgreSQL's limit, made of id characters and at most one
+/// [`TXID_MARK`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Gid(String);
 
@@ -102,11 +139,22 @@ impl Gid {
         }
         if let Some(found) = gid
             .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '+')))
         {
             return Err(GidError::BadPrefix { prefix: gid, found });
         }
+        if gid.matches(TXID_MARK).count() > 1 {
+            return Err(GidError::BadPrefix {
+                prefix: gid,
+                found: TXID_MARK,
+            });
+        }
         Ok(Self(gid))
+    }
+
+    /// Whether the gid carries its txid (else an intent row does).
+    pub fn carries_txid(&self) -> bool {
+        self.0.contains(TXID_MARK)
     }
 
     pub fn as_str(&self) -> &str {
@@ -136,17 +184,51 @@ mod tests {
     }
 
     #[test]
-    fn a_gid_is_prefix_and_gtid_and_round_trips() {
+    fn a_gid_is_prefix_gtid_and_txid_and_round_trips() {
         let prefix = GidPrefix::new("accounts_a").unwrap();
-        let gid = prefix.gid(&gtid()).unwrap();
-        assert_eq!(gid.as_str(), "twopc:accounts_a:c-1:000000000000000a:7");
-        assert_eq!(gid.literal(), "'twopc:accounts_a:c-1:000000000000000a:7'");
-        assert_eq!(prefix.gtid_of(gid.as_str()), Some(gtid()));
+        let txid = TxId::new("order:17").unwrap();
+        let gid = prefix.gid(&gtid(), &txid).unwrap();
         assert_eq!(
-            prefix.gtid_of("twopc:accounts_b:c-1:000000000000000a:7"),
+            gid.as_str(),
+            "twopc:accounts_a:c-1:000000000000000a:7+order:17"
+        );
+        assert!(gid.carries_txid());
+        assert_eq!(
+            gid.literal(),
+            "'twopc:accounts_a:c-1:000000000000000a:7+order:17'"
+        );
+        assert_eq!(
+            prefix.parse(gid.as_str()),
+            Some((gtid(), Some(txid.clone())))
+        );
+        assert_eq!(prefix.gtid_of(gid.as_str()), Some(gtid()));
+        let without = prefix.without_txid(&gid).unwrap();
+        assert_eq!(without.as_str(), "twopc:accounts_a:c-1:000000000000000a:7");
+        assert!(!without.carries_txid());
+        assert_eq!(prefix.parse(without.as_str()), Some((gtid(), None)));
+        assert_eq!(prefix.without_txid(&without), None);
+        assert_eq!(
+            prefix.gtid_of("twopc:accounts_b:c-1:000000000000000a:7+t"),
             None
         );
         assert_eq!(prefix.like_pattern(), "twopc:accounts\\_a:%");
+    }
+
+    #[test]
+    fn a_txid_that_does_not_fit_leaves_the_gid_without_it() {
+        let name = "n".repeat(protocol::limits::NAME_LEN_MAX);
+        let prefix = GidPrefix::new(&name).unwrap();
+        let long = TxId::new("t".repeat(protocol::limits::TXID_LEN_MAX)).unwrap();
+        let gid = prefix.gid(&gtid(), &long).unwrap();
+        assert!(!gid.carries_txid());
+        assert_eq!(gid, prefix.gid_without_txid(&gtid()).unwrap());
+        // The longest that fits is used whole.
+        let room = GID_LEN_MAX - prefix.as_str().len() - 1 - gtid().as_str().len() - 1;
+        let fits = TxId::new("t".repeat(room)).unwrap();
+        let gid = prefix.gid(&gtid(), &fits).unwrap();
+        assert!(gid.carries_txid());
+        assert_eq!(gid.as_str().len(), GID_LEN_MAX);
+        assert_eq!(prefix.parse(gid.as_str()), Some((gtid(), Some(fits))));
     }
 
     #[test]
@@ -156,7 +238,7 @@ mod tests {
         let longest = GlobalTxId::compose(&coordinator, Incarnation(u64::MAX), u64::MAX);
         assert_eq!(longest.as_str().len(), protocol::limits::GTID_LEN_MAX);
         let prefix = GidPrefix::new(&name).unwrap();
-        assert!(prefix.gid(&longest).unwrap().as_str().len() <= GID_LEN_MAX);
+        assert!(prefix.gid_without_txid(&longest).unwrap().as_str().len() <= GID_LEN_MAX);
     }
 
     #[test]
@@ -164,6 +246,7 @@ mod tests {
         let error = Gid::new("g".repeat(200)).unwrap_err();
         assert!(error.to_string().contains("200 bytes"), "{error}");
         assert!(Gid::new("x'; DROP TABLE accounts; --".into()).is_err());
+        assert!(Gid::new("twopc:a:c:1:2+t+u".into()).is_err());
         assert!(GidPrefix::new("").is_err());
         assert!(GidPrefix::new("a:b").is_err());
         assert!(GidPrefix::new(&"n".repeat(100)).is_err());

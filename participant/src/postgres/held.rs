@@ -4,9 +4,11 @@
 //! That view is a function scan of every prepared transaction of the server plus two joins;
 //! looked at twice per prepare it was about 14% of the server's CPU per transfer (issue 28,
 //! docs/benchmarks.md). The look exists only for a repeated prepare of a gid prepared here now:
-//! that transaction deleted its intent row and inserted its outcome row, both uncommitted, and
-//! an insert meeting either waits for its decision. So a prepare of a gid in this set takes the
-//! careful path (`backend::INTENT_SQL`, `backend::OUTCOME_SQL`), any other the blind one.
+//! that transaction inserted its outcome row (and deleted its intent row, if it had one), both
+//! uncommitted, and an insert meeting either waits for its decision. So a prepare of a gid in
+//! this set takes the careful path (`prepare_sql::INTENT_SQL`, `prepare_sql::OUTCOME_SQL`), any
+//! other the blind one. The gids held from the start also tell which attempts an earlier version
+//! prepared under a gid without the txid (`PgParticipant::gid_of`).
 //!
 //! The set errs towards holding too much. A gid enters before its `PREPARE TRANSACTION` is sent
 //! (a cancelled request or a lost answer may still have prepared it), and leaves only once it is

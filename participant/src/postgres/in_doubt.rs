@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use protocol::kv::PreparedEntry;
 use protocol::{
-    CoordinatorId, Decision, DecisionQuery, DecisionQueryResponse, Epoch, GlobalTxId, Incarnation,
-    TxId, routes,
+    CoordinatorId, Decision, DecisionQuery, DecisionQueryResponse, Epoch, GlobalTxId, TxId, routes,
 };
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +35,8 @@ pub struct PgPreparedEntry {
 }
 
 /// `GET /v1/prepared` of a PostgreSQL participant. `unattributed` lists gids with this
-/// participant's prefix but no intent row (never acted on automatically; see docs/postgres.md).
+/// participant's prefix that name no attempt: neither a txid in the gid nor an intent row
+/// (never acted on automatically; see docs/postgres.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PgPreparedList {
     pub prepared: Vec<PgPreparedEntry>,
@@ -44,7 +44,10 @@ pub struct PgPreparedList {
 }
 
 impl<W: PgWork> PgParticipant<W> {
-    /// This participant's prepared transactions, oldest first.
+    /// This participant's prepared transactions, oldest first. A gid that carries its txid
+    /// names the attempt by itself; its `epoch` is the highest this participant has recorded
+    /// for the coordinator (the one it was prepared under is no higher, and the resolver obeys
+    /// no answer from a lower one). Any other gid is named by its intent row.
     pub async fn in_doubt(&self) -> Result<PgPreparedList, PgError> {
         let session = self.inner.pool.get(super::pool::Side::Decide).await?;
         let rows = session
@@ -75,12 +78,22 @@ impl<W: PgWork> PgParticipant<W> {
             let prepared_at: i64 = row.get(1);
             let age: i64 = row.get(2);
             let entry = (|| {
-                let txid = TxId::new(row.get::<_, Option<String>>(3)?).ok()?;
-                let coordinator_id = CoordinatorId::new(row.get::<_, Option<String>>(4)?).ok()?;
-                let epoch = u64::try_from(row.get::<_, Option<i64>>(5)?).ok()?;
-                let incarnation: Incarnation = row.get::<_, Option<String>>(6)?.parse().ok()?;
-                let position = u64::try_from(row.get::<_, Option<i64>>(7)?).ok()?;
-                let gtid = self.inner.prefix.gtid_of(&gid)?;
+                let (gtid, txid_in_gid) = self.inner.prefix.parse(&gid)?;
+                let (txid, coordinator_id, epoch, incarnation, position) = match txid_in_gid {
+                    Some(txid) => {
+                        let (coordinator, incarnation, position) = gtid.parts()?;
+                        let epoch = self.highest_epoch(coordinator)?;
+                        let coordinator_id = CoordinatorId::new(coordinator).ok()?;
+                        (txid, coordinator_id, epoch, incarnation, position)
+                    }
+                    None => (
+                        TxId::new(row.get::<_, Option<String>>(3)?).ok()?,
+                        CoordinatorId::new(row.get::<_, Option<String>>(4)?).ok()?,
+                        u64::try_from(row.get::<_, Option<i64>>(5)?).ok()?,
+                        row.get::<_, Option<String>>(6)?.parse().ok()?,
+                        u64::try_from(row.get::<_, Option<i64>>(7)?).ok()?,
+                    ),
+                };
                 Some(PreparedEntry {
                     txid,
                     gtid,
@@ -143,7 +156,8 @@ impl<W: PgWork> PgParticipant<W> {
                         }
                         for gid in list.unattributed {
                             tracing::warn!(%gid, "prepared transaction with this participant's \
-                                prefix but no intent row; resolve it by hand (docs/postgres.md)");
+                                prefix that names no attempt (no txid in it, no intent row); \
+                                resolve it by hand (docs/postgres.md)");
                         }
                         first = false;
                     }

@@ -35,6 +35,7 @@ mod phase_two;
 mod pipeline;
 pub mod policy;
 mod pool;
+mod prepare_sql;
 mod returned;
 mod schema;
 pub mod statements;

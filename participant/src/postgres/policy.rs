@@ -82,7 +82,7 @@ pub fn commit_missing(recorded: Option<Recorded>) -> CommitMissing {
 }
 
 /// The SQLSTATEs with which the outcome row's insert refuses a gid known already (see
-/// `backend::OUTCOME_SQL`): a unique violation (an outcome row exists) or a not-null violation
+/// `prepare_sql::OUTCOME_SQL`): a unique violation (an outcome row exists) or a not-null violation
 /// (prepared in this database now).
 pub fn already_known(sqlstate: Option<&str>) -> bool {
     matches!(sqlstate, Some("23505" | "23502"))

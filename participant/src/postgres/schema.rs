@@ -2,14 +2,16 @@
 //! serving: the setting PREPARE TRANSACTION needs and the tables.
 //!
 //! Small tables in schema `twopc` (created if absent):
-//! - `twopc.pg_outcomes(gid, outcome)`: `committed` rows are inserted *inside* the prepared
-//!   transaction, so one exists exactly when that transaction committed; `aborted` rows are
-//!   tombstones for aborts that arrived before any prepare. This is the durable record that
-//!   tells "already committed" from "never prepared" when `COMMIT PREPARED` finds no gid.
-//! - `twopc.pg_intents(gid, txid, ...)`: written (autocommit) before `BEGIN`, it carries what a
-//!   decision query needs (the client's txid, the epoch, incarnation and position), which does
-//!   not fit in a 199-byte gid. The prepared transaction deletes it, so it stays visible while
-//!   prepared and goes when the transaction commits; after a rollback the participant drops it.
+//! - `twopc.pg_outcomes(gid, outcome)`, one row per attempt under its gid without the txid
+//!   (`super::gid`): `committed` rows are inserted *inside* the prepared transaction, so one
+//!   exists exactly when that transaction committed; `aborted` rows are tombstones left by
+//!   aborts. This is the durable record that tells "already committed" from "never prepared"
+//!   when `COMMIT PREPARED` finds no gid.
+//! - `twopc.pg_intents(gid, txid, ...)`: only for a gid that cannot carry its txid (too long),
+//!   and those an earlier version prepared. Written (autocommit) before `BEGIN`, it carries what
+//!   a decision query needs (the client's txid, the epoch, incarnation and position). The
+//!   prepared transaction deletes it, so it stays visible while prepared and goes when the
+//!   transaction commits; after a rollback the participant drops it.
 //! - `twopc.pg_epochs(coordinator_id, epoch)`: the highest epoch seen per coordinator (fencing).
 //!
 //! And the outbox (`super::outbox`, `super::write`), each row owned by one participant name:
