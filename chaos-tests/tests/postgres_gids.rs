@@ -43,6 +43,23 @@ fn debit() -> Value {
     json!({"ops": [{"statement": "debit", "params": ["a0", 10]}]})
 }
 
+/// A commit and its resend both acked; the debit applied once and nothing left prepared.
+fn committed_once(tokens: Option<&cluster::auth::TokenSet>, url: &str, db: &str, commit: &Value) {
+    for round in 0..2 {
+        let (status, ack) = post(tokens, &format!("{url}/2pc/commit"), commit);
+        assert_eq!(
+            (status, &ack),
+            (200, &json!({"ack": true})),
+            "{round}: {ack}"
+        );
+    }
+    assert!(prepared_gids(db).is_empty());
+    assert_eq!(
+        sql(db, "SELECT balance FROM accounts WHERE id = 'a0'"),
+        "90"
+    );
+}
+
 #[test]
 #[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
 fn a_txid_too_long_for_the_gid_goes_in_an_intent_row() {
@@ -84,23 +101,7 @@ fn a_txid_too_long_for_the_gid_goes_in_an_intent_row() {
     let (url, tokens) = (node.url(), node.tokens());
     let (_, listed) = get(tokens, &format!("{url}/v1/prepared"));
     assert_eq!(listed["prepared"][0]["txid"], txid.as_str(), "{listed}");
-    for round in 0..2 {
-        let (status, ack) = post(
-            tokens,
-            &format!("{url}/2pc/commit"),
-            &body(c, 1, &txid, None),
-        );
-        assert_eq!(
-            (status, &ack),
-            (200, &json!({"ack": true})),
-            "{round}: {ack}"
-        );
-    }
-    assert!(prepared_gids(&db).is_empty());
-    assert_eq!(
-        sql(&db, "SELECT balance FROM accounts WHERE id = 'a0'"),
-        "90"
-    );
+    committed_once(tokens, &url, &db, &body(c, 1, &txid, None));
     assert_eq!(sql(&db, "SELECT count(*) FROM twopc.pg_intents"), "0");
     node.terminate(Duration::from_secs(10));
 }
@@ -207,23 +208,7 @@ fn what_an_earlier_version_left_still_decides_the_answers() {
 
     // The prepared one commits under the gid it was prepared under; its resend is acked from
     // the outcome row it wrote.
-    for round in 0..2 {
-        let (status, ack) = post(
-            tokens,
-            &format!("{url}/2pc/commit"),
-            &body(COORDINATOR_ID, 1, "t1", None),
-        );
-        assert_eq!(
-            (status, &ack),
-            (200, &json!({"ack": true})),
-            "{round}: {ack}"
-        );
-    }
-    assert!(prepared_gids(&db).is_empty());
-    assert_eq!(
-        sql(&db, "SELECT balance FROM accounts WHERE id = 'a0'"),
-        "90"
-    );
+    committed_once(tokens, &url, &db, &body(COORDINATOR_ID, 1, "t1", None));
     assert_eq!(
         sql(&db, "SELECT count(*) FROM twopc.pg_outcomes"),
         "3",
