@@ -192,6 +192,29 @@ fn the_protocol_maps_onto_prepare_transaction() {
             .contains("violates check constraint"),
         "{no}"
     );
+    // A deferred constraint is checked by PREPARE TRANSACTION itself: no, with its message.
+    psql_url(
+        &db,
+        "ALTER TABLE accounts ADD CONSTRAINT balance_once UNIQUE (balance) \
+         DEFERRABLE INITIALLY DEFERRED",
+    )
+    .unwrap();
+    let (_, no) = post(
+        node.tokens(),
+        &format!("{url}/2pc/prepare"),
+        &prepare_body(
+            7,
+            json!([{"statement": "set_balance", "params": ["a1", 90]}]),
+        ),
+    );
+    assert_eq!(no["vote"], "no");
+    let reason = no["reason"].as_str().unwrap();
+    assert!(reason.contains("duplicate key"), "{no}");
+    assert!(
+        !reason.contains("aborted"),
+        "the service's own constraint: {no}"
+    );
+    psql_url(&db, "ALTER TABLE accounts DROP CONSTRAINT balance_once").unwrap();
     assert!(prepared_gids(&db).is_empty());
 
     // A stale epoch is fenced.

@@ -2,7 +2,6 @@
 //! their failures read: the outcome row, the intent row where the gid cannot carry the txid
 //! (`super::gid`), and the look at what this database holds of an attempt already known.
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::error::{PgError, describe};
@@ -100,11 +99,9 @@ pub(super) fn prepare_refusal(error: &tokio_postgres::Error) -> WorkRefusal {
             "prepared_transactions_full: {message}; raise max_prepared_transactions (needs a \
              PostgreSQL restart) or resolve old prepared transactions"
         ))
-    } else if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-        WorkRefusal::No(format!(
-            "the attempt was aborted here before it was prepared ({message})"
-        ))
     } else {
+        // A unique violation here is the service's own (a deferred constraint checked by
+        // PREPARE TRANSACTION): the outcome row's is read as "known already" before this.
         WorkRefusal::No(message)
     }
 }
