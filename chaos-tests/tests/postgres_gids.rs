@@ -216,3 +216,48 @@ fn what_an_earlier_version_left_still_decides_the_answers() {
     );
     node.terminate(Duration::from_secs(10));
 }
+
+#[test]
+#[ignore = "needs PostgreSQL; .ci/run runs it (TWOPC_POSTGRES_URL or initdb on PATH)"]
+fn a_decision_naming_another_txid_is_refused_and_touches_nothing() {
+    let server = PgServer::get();
+    let db = server.create_database("othertxid");
+    seed_accounts(&db, 1, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = pg_participant(&plain_binary(), dir.path(), "bank", &db, None, Vec::new());
+    node.wait_ready(READY_TIMEOUT).unwrap();
+    let (url, tokens) = (node.url(), node.tokens());
+    let c = COORDINATOR_ID;
+    let (status, vote) = post(
+        tokens,
+        &format!("{url}/2pc/prepare"),
+        &body(c, 1, "t1", Some(debit())),
+    );
+    assert_eq!((status, &vote), (200, &json!({"vote": "yes"})), "{vote}");
+
+    // The right gtid with another txid: a claim about another transaction. Refused at once
+    // (an abort's tombstone would otherwise wait on the prepared transaction's outcome row),
+    // and the prepared transaction is left as it is.
+    for decision in ["abort", "commit"] {
+        let started = std::time::Instant::now();
+        let (status, refused) = post(
+            tokens,
+            &format!("{url}/2pc/{decision}"),
+            &body(c, 1, "t-other", None),
+        );
+        assert_eq!(status, 409, "{decision}: {refused}");
+        assert_eq!(refused["error"], "id_conflict", "{decision}: {refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains("+t1"),
+            "{refused}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{decision} waited"
+        );
+        assert_eq!(prepared_gids(&db), [format!("{}+t1", short_gid(c, 1))]);
+    }
+    assert_eq!(sql(&db, "SELECT count(*) FROM twopc.pg_outcomes"), "0");
+    committed_once(tokens, &url, &db, &body(c, 1, "t1", None));
+    node.terminate(Duration::from_secs(10));
+}

@@ -62,6 +62,8 @@ impl<W: PgWork> PgParticipant<W> {
             Err(error) if policy::gid_missing(error.code().map(SqlState::code)) => {
                 let session = self.inner.pool.get(Side::Decide).await?;
                 let key = self.outcome_key(gid);
+                self.refuse_another_txid(session.client(), gid, &key)
+                    .await?;
                 match policy::commit_missing(outcome(session.client(), &key).await?) {
                     CommitMissing::AlreadyCommitted => Ok(()),
                     CommitMissing::Contradiction => Err(PgRequestError::Contradiction(format!(
@@ -158,9 +160,10 @@ impl<W: PgWork> PgParticipant<W> {
             }
             // Never prepared (or already rolled back): a tombstone, so a late prepare votes no.
             // A committed outcome row makes the insert a no-op, and the abort a contradiction.
-            self.inner.held.ended(gid.as_str(), &self.inner.preparing);
             let session = self.inner.pool.get(Side::Decide).await?;
             let client = session.client();
+            self.refuse_another_txid(client, gid, &key).await?;
+            self.inner.held.ended(gid.as_str(), &self.inner.preparing);
             client
                 .execute(
                     "INSERT INTO twopc.pg_outcomes (gid, outcome) VALUES ($1, 'aborted') \
@@ -176,6 +179,49 @@ impl<W: PgWork> PgParticipant<W> {
             }
             self.forget(client, gid).await;
             return Ok(());
+        }
+    }
+
+    /// Refuses (409 `id_conflict`) a decision whose gid is not the one its attempt is
+    /// preparing or prepared under here: the same gtid with another txid, so a decision that
+    /// names the wrong transaction. It must not touch that transaction, and its tombstone would
+    /// wait on that transaction's uncommitted outcome row until it is decided.
+    async fn refuse_another_txid(
+        &self,
+        client: &tokio_postgres::Client,
+        gid: &Gid,
+        key: &Gid,
+    ) -> Result<(), PgRequestError> {
+        let preparing = self
+            .inner
+            .preparing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|other| {
+                other.as_str() != gid.as_str()
+                    && Gid::new((*other).clone())
+                        .is_ok_and(|other| self.outcome_key(&other) == *key)
+            })
+            .cloned();
+        let other = match preparing {
+            Some(other) => Some(other),
+            None => client
+                .query_typed_opt(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() \
+                     AND gid <> $1 AND (gid = $2 OR left(gid, length($2) + 1) = $2 || '+') \
+                     LIMIT 1",
+                    &[(&gid.as_str(), Type::TEXT), (&key.as_str(), Type::TEXT)],
+                )
+                .await
+                .map_err(|e| PgError::db("looking for the attempt's gid", e))?
+                .map(|row| row.get::<_, String>(0)),
+        };
+        match other {
+            Some(other) => Err(PgRequestError::Contradiction(format!(
+                "the attempt of {gid} is prepared here as {other}: this decision names another                  transaction id"
+            ))),
+            None => Ok(()),
         }
     }
 
