@@ -2,10 +2,11 @@
 # Schemathesis against a live coordinator (issue 17): docs/openapi.json must state what the
 # server enforces. Starts three reference participants and a coordinator from the debug binary
 # on loopback with authentication on (client, operator, peer and metrics tokens made here, so
-# the tested path is the secure one), runs `st run docs/openapi.json --checks all` with a fixed
-# seed, a bounded number of examples per operation and a per-request timeout, stops every
-# server it started whatever happens, and exits non-zero on any failure. About 2 minutes (the
-# install from PyPI included, 40 s of it, once per fresh target/).
+# the tested path is the secure one), runs `st run docs/openapi.json --checks all` (but
+# use_after_free) with a fixed seed, a bounded number of examples per operation and a
+# per-request timeout, stops every server it started whatever happens, and exits non-zero on
+# any failure. About 2 minutes (the install from PyPI included, 40 s of it, once per fresh
+# target/).
 #
 # Usage: tests/schemathesis/run.sh   (uses target/debug/twopc, built by `cargo test`; builds it
 #        when absent. After changing the code, `cargo build` first: the script does not, so
@@ -29,9 +30,13 @@
 #   token, or with a wrong one, is 401.
 # - unsupported_method, allow_header_conformance: other methods are 405 with `Allow`.
 # - use_after_free, ensure_resource_availability: leases are the one resource with a DELETE.
-#   use_after_free is off for GET /v1/leases/{name} only: a release ends one grant (name and
-#   token), answers 200 even when that grant had already ended, and the name may be held by a
-#   newer grant; schemathesis.toml says why. A released grant reading 404 is tests_leases.rs.
+#   use_after_free is off (--exclude-checks below): a release ends one grant (name and token),
+#   answers 200 even when that grant had already ended, and the name may be held by a newer
+#   grant; schemathesis.toml says why. Switched off for GET /v1/leases/{name} only in the config,
+#   the stateful phase still ran it there (it failed CI on 2026-12-07: a release with a stale
+#   token, 200 `released: false`, then the name read 200 under another holder's grant); on the
+#   command line nothing outranks the switch, and no other operation has a DELETE before it. A
+#   released grant reading 404 is tests_leases.rs.
 #   ensure_resource_availability is off there too: a lease ends by itself when its TTL (100 ms
 #   at the least) passes, so a read-back after it is 404 by design.
 # - object_level_authorization: inapplicable, and a no-op without several identities' objects
@@ -153,7 +158,7 @@ export SCHEMATHESIS_HOOKS="$PWD/tests/schemathesis/hooks.py" TWOPC_ST_PARTICIPAN
 started=$(date +%s)
 status=0
 "$venv/bin/st" --config-file tests/schemathesis/schemathesis.toml run docs/openapi.json \
-    --url "$coordinator_url" --checks all \
+    --url "$coordinator_url" --checks all --exclude-checks use_after_free \
     --seed "$seed" --max-examples "$max_examples" --request-timeout 10 \
     --no-color || status=$?
 echo "schemathesis: exit $status after $(( $(date +%s) - started )) s"
